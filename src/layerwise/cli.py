@@ -1,0 +1,58 @@
+"""The `layerwise` command line: each subcommand lives in layerwise.commands.<module>.
+
+A module there exposes `add_parser(subparsers)`, which adds its parser and sets `func` (args -> exit code).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from layerwise.errors import LayerwiseError
+
+# One entry per command module; add a module here to add a subcommand.
+COMMAND_MODULES = (
+    "train_embed",
+    "encode",
+    "evaluate",
+    "finetune",
+    "plot",
+    "export_pattern",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="layerwise", description=__doc__.splitlines()[0])
+    from layerwise import __version__
+
+    parser.add_argument("--version", action="version", version=f"layerwise {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(f"layerwise.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"layerwise.commands.{name}":
+                continue  # not written yet
+            raise
+        module.add_parser(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except LayerwiseError as exc:
+        print(f"layerwise {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"layerwise {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""layerwise.data"""

@@ -1,0 +1,1 @@
+"""Evaluation: pure metric functions and evaluators that return dicts."""
