@@ -1,0 +1,100 @@
+"""Comparison tables (rows = models or inference modes, columns = tasks) as Markdown and JSON, and a bar chart.
+
+Files are written whole or not at all (a temporary file in the same directory, then os.replace).
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+Row = tuple[str, dict[str, float]]  # (label, {column: value})
+
+SPACE_COLUMNS = {"alignment": "alignment", "uniformity": "uniformity", "anisotropy": "anisotropy",
+                 "throughput": "sent/s", "peak_rss_mib": "peak RSS MiB"}
+
+
+def headline(kind: str, scores: dict) -> dict[str, float]:
+    """The table cells of one evaluation result."""
+    if kind == "sts":
+        cells = {task: r["spearman"] for task, r in scores["tasks"].items()}
+        if len(cells) > 1:
+            cells["avg"] = scores["avg"]
+        return cells
+    if kind == "retrieval":
+        many = len(scores) > 1
+        return {(f"{name} {metric}" if many else metric): value
+                for name, result in scores.items() for metric, value in result.items()
+                if metric not in ("queries", "documents")}
+    if kind == "space":
+        return {label: scores[key] for key, label in SPACE_COLUMNS.items()}
+    raise ValueError(f"unknown evaluation kind {kind!r}")
+
+
+def columns_of(rows: list[Row]) -> list[str]:
+    """Every column in order of first appearance."""
+    return list(dict.fromkeys(col for _, cells in rows for col in cells))
+
+
+def markdown_table(rows: list[Row], first: str = "model") -> str:
+    """A Markdown table, two decimals, '-' for a missing cell."""
+    cols = columns_of(rows)
+    lines = ["| " + " | ".join([first] + cols) + " |", "|" + "---|" * (len(cols) + 1)]
+    for label, cells in rows:
+        values = [f"{cells[c]:.2f}" if c in cells else "-" for c in cols]
+        lines.append("| " + " | ".join([label] + values) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def table_json(rows: list[Row]) -> dict[str, Any]:
+    """{"columns": [...], "rows": [{"label": ..., column: value, ...}]}."""
+    return {"columns": columns_of(rows), "rows": [{"label": label, **cells} for label, cells in rows]}
+
+
+def _atomic(path: Path, write) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix or ".tmp")
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write a text file atomically."""
+    _atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Write JSON atomically (indented, trailing newline)."""
+    write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
+
+
+def bar_plot(rows: list[Row], path: Path, title: str = "") -> None:
+    """Grouped bar chart: one group per column, one bar per row (matplotlib, Agg backend)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    cols = columns_of(rows)
+    width = 0.8 / max(len(rows), 1)
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.2 * len(cols) * max(1, len(rows)) ** 0.5 + 2), 4))
+    x = np.arange(len(cols))
+    for r, (label, cells) in enumerate(rows):
+        ax.bar(x + (r - (len(rows) - 1) / 2) * width, [cells.get(c, np.nan) for c in cols], width, label=label)
+    ax.set_xticks(x, cols, rotation=30 if len(cols) > 4 else 0, ha="right" if len(cols) > 4 else "center")
+    ax.set_title(title)
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    try:
+        _atomic(path, lambda tmp: fig.savefig(tmp, format=Path(path).suffix.lstrip(".") or "png", dpi=120))
+    finally:
+        plt.close(fig)

@@ -1,0 +1,270 @@
+"""Contrastive sentence-embedding training: configuration, data, objectives and the run itself."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+import numpy as np
+import torch
+
+from layerwise.config import TrainingConfig, non_negative, positive, save_config
+from layerwise.data.batching import TokenStore, count_batches, epoch_batches
+from layerwise.data.readers import Triplet, read_lines, read_nli_csv, read_snli_triplets, read_triplet_table
+from layerwise.errors import ConfigError, DataError
+from layerwise.losses import info_nce
+from layerwise.registry import OBJECTIVES, POOLERS
+
+
+def default_data_dir() -> str:
+    """$LAYERWISE_DATA, else ../shared/data (relative to the working directory)."""
+    return os.environ.get("LAYERWISE_DATA", "../shared/data")
+
+
+def _embed_training_defaults() -> TrainingConfig:
+    return TrainingConfig(lr=2e-5, batch_size=64, epochs=1.0, eval_every=25, warmup_ratio=0.1)
+
+
+@dataclass
+class EmbedConfig:
+    """Options of `layerwise train-embed`."""
+
+    model: str = "all-MiniLM-L6-v2"
+    pooler: str = "layer_att_res"
+    pooler_scale: Literal["layers", "sqrt_h"] = "layers"
+    pooler_lr: float = 1e-3
+    objective: str = "supervised"
+    temperature: float = 0.05
+    hard_negative_weight: float = 0.0
+    unsup_weight: float = 1.0  # hybrid: loss = supervised + unsup_weight * unsupervised
+    data_dir: str = field(default_factory=default_data_dir)
+    train_file: str = ""  # supervised: nli_for_simcse.csv / .tsv / .jsonl triplets; default SNLI dev+test
+    train_columns: list[str] = field(default_factory=lambda: ["anchor", "positive", "negative"])
+    unsup_file: str = ""  # unsupervised/hybrid: one sentence per line; default wiki1m_slice
+    subset: int = 0  # cap on training examples (0: all)
+    max_length: int = 64
+    eval_batch_size: int = 128
+    static_sentences: int = 2000  # sentences used to freeze the attention into the static layer mix
+    output_dir: str = ""
+    train: TrainingConfig = field(default_factory=_embed_training_defaults)
+
+    def validate(self) -> None:
+        POOLERS.get(self.pooler)
+        OBJECTIVES.get(self.objective)
+        positive(self, "pooler_lr", "temperature", "max_length", "eval_batch_size")
+        non_negative(self, "subset", "static_sentences", "unsup_weight")
+
+
+@dataclass
+class EmbedData:
+    """Training examples: triplets (supervised) and/or sentences (unsupervised)."""
+
+    triplets: list[Triplet]
+    sentences: list[str]
+
+    def texts(self) -> list[str]:
+        return [t for trip in self.triplets for t in (trip.anchor, trip.positive, trip.negative)] + self.sentences
+
+
+def load_embed_data(cfg: EmbedConfig) -> EmbedData:
+    """Read the training data the objective needs (and only that)."""
+    supervised = cfg.objective in ("supervised", "hybrid")
+    unsupervised = cfg.objective in ("unsupervised", "hybrid")
+    triplets = _read_triplets(cfg) if supervised else []
+    sentences = _read_sentences(cfg) if unsupervised else []
+    if cfg.subset:
+        triplets, sentences = triplets[: cfg.subset], sentences[: cfg.subset]
+    return EmbedData(triplets, sentences)
+
+
+def _read_triplets(cfg: EmbedConfig) -> list[Triplet]:
+    if cfg.train_file:
+        path = Path(cfg.train_file)
+        if path.suffix == ".csv" and cfg.train_columns == ["anchor", "positive", "negative"]:
+            return read_nli_csv(path)
+        return read_triplet_table(path, cfg.train_columns)
+    snli = Path(cfg.data_dir) / "senteval" / "SNLI"
+    if not snli.is_dir():
+        raise DataError(snli, "SNLI folder not found: pass --data-dir (the folder holding senteval/SNLI) or --train-file")
+    return read_snli_triplets(snli)
+
+
+def _read_sentences(cfg: EmbedConfig) -> list[str]:
+    path = Path(cfg.unsup_file) if cfg.unsup_file else Path(cfg.data_dir) / "wiki1m_slice" / "wiki1m_for_simcse.txt"
+    return read_lines(path, drop_unterminated_last=True)
+
+
+# ------------------------------------------------------------------------------------------------ objectives
+Batch = dict[str, Any]
+
+
+@OBJECTIVES.register("supervised")
+def supervised_loss(encoder, batch: Batch, cfg: EmbedConfig) -> torch.Tensor:
+    """InfoNCE on (anchor, positive, hard negative), one forward pass over the 3N sentences."""
+    z = encoder(batch["sup"]["input_ids"], batch["sup"]["attention_mask"])
+    anchors, positives, negatives = z.view(3, -1, z.shape[-1]).unbind(0)
+    return info_nce(anchors, positives, negatives, cfg.temperature, cfg.hard_negative_weight)
+
+
+@OBJECTIVES.register("unsupervised")
+def unsupervised_loss(encoder, batch: Batch, cfg: EmbedConfig) -> torch.Tensor:
+    """SimCSE: each sentence twice through the encoder with dropout on; the two views are positives."""
+    ids, mask = batch["unsup"]["input_ids"], batch["unsup"]["attention_mask"]
+    z = encoder(torch.cat([ids, ids]), torch.cat([mask, mask]))
+    first, second = z.view(2, -1, z.shape[-1]).unbind(0)
+    return info_nce(first, second, None, cfg.temperature)
+
+
+@OBJECTIVES.register("hybrid")
+def hybrid_loss(encoder, batch: Batch, cfg: EmbedConfig) -> torch.Tensor:
+    """Supervised + unsup_weight x unsupervised."""
+    return supervised_loss(encoder, batch, cfg) + cfg.unsup_weight * unsupervised_loss(encoder, batch, cfg)
+
+
+def make_batch_source(data: EmbedData, store: TokenStore, cfg: EmbedConfig) -> tuple[Callable[[int], Any], int]:
+    """(epoch -> batches, batches per epoch). An epoch walks the triplets (or the sentences when unsupervised);
+    in hybrid mode the sentences are drawn alongside, cycling."""
+    size, seed = cfg.train.batch_size, cfg.train.seed
+    main_n = len(data.triplets) or len(data.sentences)
+
+    def batches(epoch: int):
+        side = _cycle_sentences(data.sentences, size, seed, epoch) if data.triplets and data.sentences else None
+        for index in epoch_batches(main_n, size, seed, epoch):
+            batch: Batch = {}
+            if data.triplets:
+                chosen = [data.triplets[i] for i in index]
+                texts = [t.anchor for t in chosen] + [t.positive for t in chosen] + [t.negative for t in chosen]
+                batch["sup"] = store.collate(texts)
+            if data.sentences:
+                picked = next(side) if side else index
+                batch["unsup"] = store.collate([data.sentences[i] for i in picked])
+            yield batch
+
+    return batches, count_batches(main_n, size)
+
+
+def _cycle_sentences(sentences: list[str], size: int, seed: int, epoch: int):
+    rounds = 0
+    while True:
+        yield from epoch_batches(len(sentences), size, seed + 7919, epoch * 1000 + rounds)
+        rounds += 1
+
+
+# ----------------------------------------------------------------------------------------------- the run
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+@dataclass
+class EmbedRun:
+    """What train-embed produced."""
+
+    run_dir: Path
+    results: dict[str, Any]
+
+
+def train_embed(cfg: EmbedConfig, run_dir: Path, resume: bool = False,
+                log: Callable[[str], None] = print) -> EmbedRun:
+    """Train, keep the best checkpoint on STS-B dev, then evaluate untrained vs trained on STS-B test."""
+    from layerwise.evaluation.sts import evaluate_stsb
+    from layerwise.modeling.encoder import SentenceEncoder, pick_device
+    from layerwise.modeling.backbone import quiet_transformers
+    from layerwise.training.loop import Trainer
+
+    data = load_embed_data(cfg)  # bad data fails before anything is written
+    seed_everything(cfg.train.seed)
+    device = pick_device(cfg.train.device)
+    with quiet_transformers():
+        encoder = SentenceEncoder.from_pretrained(cfg.model, pooling=cfg.pooler, max_length=cfg.max_length,
+                                                  device=str(device), **_pooler_kwargs(cfg))
+    stsb_dev = _stsb_evaluator(cfg, "dev")  # fails early when STS-B is missing
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, run_dir / "config.yaml")
+    untrained = {} if resume else {"stsb_test": evaluate_stsb(encoder, Path(cfg.data_dir), "test", cfg.eval_batch_size)}
+    if untrained:
+        _write_json(run_dir / "untrained.json", untrained)
+    else:
+        untrained = json.loads((run_dir / "untrained.json").read_text(encoding="utf-8"))
+    store = TokenStore(encoder.tokenizer, data.texts(), cfg.max_length)
+    make_batches, steps = make_batch_source(data, store, cfg)
+    objective = OBJECTIVES.get(cfg.objective)
+    trainer = Trainer(
+        model=encoder, param_groups=_param_groups(encoder, cfg), make_batches=make_batches, steps_per_epoch=steps,
+        compute_loss=lambda batch: objective(encoder, batch, cfg),
+        evaluate=lambda: {"stsb_dev_spearman": stsb_dev(encoder)["spearman"]}, metric="stsb_dev_spearman",
+        save_model=lambda path: encoder.save(path), run_dir=run_dir, cfg=cfg.train, device=device)
+    log(f"training {cfg.model} + {cfg.pooler} ({cfg.objective}) on {len(data.triplets) or len(data.sentences)} "
+        f"examples, {trainer.total_steps} steps -> {run_dir}")
+    result = trainer.fit(resume=resume)
+    results = _final_evaluation(cfg, run_dir, data, untrained, result, device)
+    return EmbedRun(run_dir, results)
+
+
+def _pooler_kwargs(cfg: EmbedConfig) -> dict:
+    from layerwise.modeling.poolers import AttentionPooler
+
+    return {"scale": cfg.pooler_scale} if issubclass(POOLERS.get(cfg.pooler), AttentionPooler) else {}
+
+
+def _param_groups(encoder, cfg: EmbedConfig) -> list[dict]:
+    groups = [{"params": [p for p in encoder.backbone.parameters() if p.requires_grad], "lr": cfg.train.lr}]
+    pooler_params = [p for p in encoder.pooler.parameters() if p.requires_grad]
+    if pooler_params:
+        groups.append({"params": pooler_params, "lr": cfg.pooler_lr})
+    return groups
+
+
+def _stsb_evaluator(cfg: EmbedConfig, split: str) -> Callable[[Any], dict]:
+    from layerwise.data.sts import find_stsb, read_stsb
+    from layerwise.evaluation.sts import evaluate_pairs
+
+    pairs = read_stsb(find_stsb(Path(cfg.data_dir), split))
+    return lambda encoder: evaluate_pairs(encoder, pairs, cfg.eval_batch_size)
+
+
+def _final_evaluation(cfg: EmbedConfig, run_dir: Path, data: EmbedData, untrained: dict, result, device) -> dict:
+    """Reload the best model, freeze the static mix, and score every inference mode on STS-B dev and test."""
+    from layerwise.modeling.encoder import SentenceEncoder
+    from layerwise.modeling.backbone import quiet_transformers
+
+    with quiet_transformers():
+        best = SentenceEncoder.from_pretrained(str(run_dir / "best"), device=str(device))
+    modes = ["full"]
+    if best.pooler.uses_attention:
+        sample = random.Random(cfg.train.seed).sample(data.texts(), min(cfg.static_sentences, len(data.texts())))
+        best.calibrate_static(sample, cfg.eval_batch_size)
+        best.save(run_dir / "best")
+        modes += ["static"]
+    modes += [m for m in ("cls_last", "avg_last") if m != cfg.pooler]
+    dev, test = _stsb_evaluator(cfg, "dev"), _stsb_evaluator(cfg, "test")
+    trained = {}
+    for mode in modes:
+        best.mode = mode
+        trained[mode] = {"stsb_dev": dev(best), "stsb_test": test(best)}
+    results = {"model": cfg.model, "pooler": cfg.pooler, "objective": cfg.objective, "untrained": untrained,
+               "trained": trained, "best_step": result.best_step, "steps": result.global_step,
+               "train_seconds": round(result.seconds, 1), "skipped_batches": result.skipped_batches}
+    _write_json(run_dir / "eval.json", results)  # written last: its presence marks a finished run
+    return results
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def summary_table(results: dict) -> str:
+    """Terminal table: STS-B Spearman x100 of the untrained model and each inference mode of the trained one."""
+    lines = [f"{'model':<28} {'STS-B dev':>10} {'STS-B test':>11}",
+             f"{'untrained (' + results['pooler'] + ')':<28} {'':>10} {results['untrained']['stsb_test']['spearman']:>11.2f}"]
+    for mode, scores in results["trained"].items():
+        lines.append(f"{'trained, mode ' + mode:<28} {scores['stsb_dev']['spearman']:>10.2f} "
+                     f"{scores['stsb_test']['spearman']:>11.2f}")
+    return "\n".join(lines)
