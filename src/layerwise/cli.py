@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "finetune",
     "plot",
     "export_pattern",
+    "export",
 )
 
 

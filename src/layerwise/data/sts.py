@@ -26,6 +26,10 @@ class StsPairs:
     def __len__(self) -> int:
         return len(self.sentences1)
 
+    def head(self, n: int) -> "StsPairs":
+        """The first n pairs."""
+        return StsPairs(self.sentences1[:n], self.sentences2[:n], self.scores[:n])
+
     @classmethod
     def concat(cls, parts: list["StsPairs"]) -> "StsPairs":
         """Concatenate several pair sets in order."""

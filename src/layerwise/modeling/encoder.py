@@ -106,8 +106,9 @@ class SentenceEncoder(nn.Module):
 
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        self.backbone.save_pretrained(directory)
-        self.tokenizer.save_pretrained(directory)
+        with quiet_transformers():
+            self.backbone.save_pretrained(directory)
+            self.tokenizer.save_pretrained(directory)
         meta = {"pooler": self.pooler.name, "pooler_kwargs": _kwargs(self.pooler), "mode": self.mode,
                 "max_length": self.max_length}
         state = {k: v.detach().cpu().contiguous() for k, v in self.pooler.state_dict().items()}
@@ -179,8 +180,18 @@ def _sentence_bert_max_length(name_or_path: str) -> int:
     return 128
 
 
-def load(name_or_path: str, pooling: str | None = None, mode: str | None = None, **kwargs: Any) -> SentenceEncoder:
-    """Load a sentence encoder: a layerwise run's model directory, the default model's short name, or any model."""
+def load(name_or_path: str, pooling: str | None = None, mode: str | None = None, backend: str = "torch",
+         **kwargs: Any) -> SentenceEncoder:
+    """Load a sentence encoder: a layerwise run's model directory, the default model's short name, or any model.
+
+    backend="onnx" loads the output of `layerwise export --format onnx` on onnxruntime instead (an OnnxEncoder
+    with the same encode API; kwargs: variant="fp32"|"optimized"|"int8", threads=N).
+    """
+    if backend != "torch":
+        from layerwise.onnx_backend import check_backend, load_onnx
+
+        check_backend(backend)
+        return load_onnx(name_or_path, pooling=pooling, mode=mode, **kwargs)
     with quiet_transformers():
         return SentenceEncoder.from_pretrained(name_or_path, pooling=pooling, mode=mode, **kwargs)
 

@@ -48,6 +48,7 @@ class EmbedConfig:
     subset: int = 0  # cap on training examples (0: all)
     max_length: int = 64
     eval_batch_size: int = 128
+    eval_subset: int = 0  # cap on STS-B pairs scored during and after training (0: all; for quick looks)
     static_sentences: int = 2000  # sentences used to freeze the attention into the static layer mix
     output_dir: str = ""
     train: TrainingConfig = field(default_factory=_embed_training_defaults)
@@ -56,7 +57,7 @@ class EmbedConfig:
         POOLERS.get(self.pooler)
         OBJECTIVES.get(self.objective)
         positive(self, "pooler_lr", "temperature", "max_length", "eval_batch_size")
-        non_negative(self, "subset", "static_sentences", "unsup_weight")
+        non_negative(self, "subset", "eval_subset", "static_sentences", "unsup_weight")
 
 
 @dataclass
@@ -172,7 +173,6 @@ class EmbedRun:
 def train_embed(cfg: EmbedConfig, run_dir: Path, resume: bool = False,
                 log: Callable[[str], None] = print) -> EmbedRun:
     """Train, keep the best checkpoint on STS-B dev, then evaluate untrained vs trained on STS-B test."""
-    from layerwise.evaluation.sts import evaluate_stsb
     from layerwise.modeling.encoder import SentenceEncoder, pick_device
     from layerwise.modeling.backbone import quiet_transformers
     from layerwise.training.loop import Trainer
@@ -186,7 +186,7 @@ def train_embed(cfg: EmbedConfig, run_dir: Path, resume: bool = False,
     stsb_dev = _stsb_evaluator(cfg, "dev")  # fails early when STS-B is missing
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(cfg, run_dir / "config.yaml")
-    untrained = {} if resume else {"stsb_test": evaluate_stsb(encoder, Path(cfg.data_dir), "test", cfg.eval_batch_size)}
+    untrained = {} if resume else {"stsb_test": _stsb_evaluator(cfg, "test")(encoder)}
     if untrained:
         _write_json(run_dir / "untrained.json", untrained)
     else:
@@ -225,6 +225,8 @@ def _stsb_evaluator(cfg: EmbedConfig, split: str) -> Callable[[Any], dict]:
     from layerwise.evaluation.sts import evaluate_pairs
 
     pairs = read_stsb(find_stsb(Path(cfg.data_dir), split))
+    if cfg.eval_subset:
+        pairs = pairs.head(cfg.eval_subset)
     return lambda encoder: evaluate_pairs(encoder, pairs, cfg.eval_batch_size)
 
 
