@@ -19,6 +19,8 @@ COMMAND_MODULES = (
     "plot",
     "export_pattern",
     "export",
+    "reproduce",
+    "search",
 )
 
 

@@ -40,6 +40,7 @@ class TrainingConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
     on_nan: Literal["stop", "skip"] = "stop"
     progress: bool = True
+    report_to: list[str] = dataclasses.field(default_factory=list)  # besides metrics.jsonl: tensorboard, wandb
 
     def validate(self) -> None:
         positive(self, "batch_size", "grad_accum", "log_every", prefix="train.")

@@ -22,6 +22,7 @@ dynamic batch and sequence axes, checked with onnxruntime against PyTorch; optio
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import tempfile
 import warnings
@@ -124,17 +125,18 @@ def st_modules(encoder, backbone_dir: str, native: bool = True) -> list:
     """The sentence-transformers modules that reproduce `encoder` (its pooler in its mode)."""
     from sentence_transformers.sentence_transformer.modules import Pooling, Transformer, WeightedLayerPooling
 
+    from layerwise.modeling.backbone import quiet_transformers
     from layerwise.st import LayerAttentionPooling
 
     pooler, mode = encoder.pooler, encoder.mode
     plan = native_plan(pooler, mode) if native else None
-    needs_layers = plan is None and (mode in ("full", "static") and (pooler.needs_all_layers or mode == "static"))
-    needs_layers = needs_layers or (plan is not None and plan[0] is not None)
-    config_kwargs = {"output_hidden_states": True} if needs_layers else {}
-    from layerwise.modeling.backbone import quiet_transformers
-
+    if plan is None:  # LayerAttentionPooling reads all hidden states unless the mode needs the last layer only
+        needs_layers = mode == "static" or (mode == "full" and pooler.needs_all_layers)
+    else:  # WeightedLayerPooling reads them
+        needs_layers = plan[0] is not None
     with quiet_transformers():
-        transformer = Transformer(backbone_dir, max_seq_length=encoder.max_length, config_kwargs=config_kwargs)
+        transformer = Transformer(backbone_dir, max_seq_length=encoder.max_length,
+                                  config_kwargs={"output_hidden_states": True} if needs_layers else {})
     hidden = pooler.hidden_size
     if plan is None:
         return [transformer, LayerAttentionPooling.from_pooler(pooler, mode)]
@@ -287,6 +289,7 @@ def optimize_onnx(src: Path, dst: Path) -> None:
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.optimized_model_filepath = str(dst)
+    options.log_severity_level = 3  # its note: an ORT_ENABLE_ALL graph is for the same kind of machine
     ort.InferenceSession(str(src), options, providers=["CPUExecutionProvider"])
 
 
@@ -294,9 +297,13 @@ def quantize_int8(src: Path, dst: Path, per_channel: bool = False) -> None:
     """Dynamic int8 quantisation of the weights of MatMul/Gemm (onnxruntime.quantization.quantize_dynamic)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)  # quantize_dynamic logs a pre-processing advice through the root logger
+    try:
         quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=per_channel)
+    finally:
+        root.setLevel(level)
 
 
 # ---------------------------------------------------------------------------------------------------- driver

@@ -28,10 +28,10 @@ _DATASETS = {
     "sickr": ("SICK-R", "mteb/sickr-sts"),
     "sick": ("SICK-R", "mteb/sickr-sts"),
 }
-_DATASET_IDS = {"snli": "stanfordnlp/snli", "nli": "sentence-transformers/all-nli", "wiki1m": "princeton-nlp/datasets-for-simcse",
+_DATASET_IDS = {"simcse": "princeton-nlp/datasets-for-simcse", "snli": "stanfordnlp/snli", "nli": "sentence-transformers/all-nli", "wiki1m": "princeton-nlp/datasets-for-simcse",
                 "glue": "nyu-mll/glue", "stsb": "sentence-transformers/stsb"}
 _MODE_TEXT = {
-    "full": "the full pooler (layer attention and head) at inference",
+    "full": "the whole pooler at inference, attention and head included where it has them",
     "static": "the attention weights averaged over a corpus and frozen into a fixed mix of layers (no attention at inference)",
     "cls_last": "the last layer's [CLS] vector only (the pooler is removed at inference)",
     "avg_last": "the mean of the last layer's token vectors only (the pooler is removed at inference)",
@@ -125,7 +125,7 @@ def render_card(meta: dict, *, pooler: str, mode: str, metrics: Mapping[str, Any
     table = "\n".join(f"| {k} | {v:.2f} |" for k, v in flat.items())
     lines = [
         "---", front.rstrip("\n"), "---", "", f"# {title}", "",
-        f"A sentence encoder trained with layerwise (layer-wise attention pooling, Oh et al. COLING 2022, "
+        f"A sentence encoder made with layerwise (layer-wise attention pooling after Oh et al., COLING 2022, "
         f"arXiv 2209.05972): base model `{meta.get('base_model', 'unknown')}`, pooler `{pooler}`, inference mode `{mode}` "
         f"({_MODE_TEXT.get(mode, mode)}).", "",
     ]
@@ -134,7 +134,7 @@ def render_card(meta: dict, *, pooler: str, mode: str, metrics: Mapping[str, Any
                   "|---|---|", table, ""]
     lines += ["## Usage", "", usage.strip(), ""]
     if command:
-        lines += ["## Training", "", "```bash", command.strip(), "```", ""]
+        lines += ["## How it was made", "", "```bash", command.strip(), "```", ""]
     if meta.get("datasets"):
         lines += ["Training data: " + ", ".join(f"`{d}`" for d in meta["datasets"]) + ".", ""]
     return "\n".join(lines)

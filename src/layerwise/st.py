@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from sentence_transformers.sentence_transformer.modules import Module
 
 from layerwise.modeling.poolers import build_pooler, check_mode

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -24,8 +25,13 @@ def add_parser(subparsers) -> None:
 
 
 def prepare_run_dir(output_dir: str, default_name: str, resume: bool, overwrite: bool) -> Path:
-    """Pick the run directory and refuse to clobber an existing run unless told to."""
+    """Pick the run directory and refuse to clobber an existing run unless told to (checked by the main process
+    of a distributed run only; the others follow it)."""
     run_dir = Path(output_dir) if output_dir else Path("runs") / f"{default_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if int(os.environ.get("RANK", "0")) != 0:
+        if not output_dir:
+            raise LayerwiseError("distributed runs need an explicit --output-dir shared by all processes")
+        return run_dir
     if resume and overwrite:
         raise LayerwiseError("--resume and --overwrite exclude each other")
     if resume:
@@ -49,6 +55,8 @@ def run(args) -> int:
         print(f"{run_dir} is already finished")
     else:
         results = train_embed(cfg, run_dir, resume=args.resume).results
+        if not results:  # a non-main process of a distributed run: the main one reports
+            return 0
     print(summary_table(results))
     print(f"run directory: {run_dir} (best model: {run_dir / 'best'})")
     return 0

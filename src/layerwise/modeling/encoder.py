@@ -176,7 +176,16 @@ def _sentence_bert_max_length(name_or_path: str) -> int:
         return 128
     for candidate in (path / "sentence_bert_config.json", path.parent / "sentence_bert_config.json"):
         if candidate.is_file():
-            return int(json.loads(candidate.read_text(encoding="utf-8")).get("max_seq_length", 128))
+            config = json.loads(candidate.read_text(encoding="utf-8"))
+            if "max_seq_length" in config:
+                return int(config["max_seq_length"])
+            # sentence-transformers >= 6 keeps it as the tokenizer's model_max_length instead
+            tokenizer_config = candidate.parent / "tokenizer_config.json"
+            if tokenizer_config.is_file():
+                limit = json.loads(tokenizer_config.read_text(encoding="utf-8")).get("model_max_length")
+                if isinstance(limit, int) and 0 < limit < 1_000_000:
+                    return limit
+            return 128
     return 128
 
 

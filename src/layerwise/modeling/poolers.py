@@ -25,10 +25,15 @@ def masked_mean(states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def layer_means(hidden_states: Sequence[torch.Tensor], mask: torch.Tensor) -> torch.Tensor:
-    """Per-layer masked means stacked: (N, L, H)."""
-    stacked = torch.stack(tuple(hidden_states), dim=1)  # (N, L, T, H)
-    weights = mask[:, None, :, None].to(stacked.dtype)
-    return (stacked * weights).sum(2) / weights.sum(2).clamp(min=1e-9)
+    """Per-layer masked means stacked: (N, L, H).
+
+    One (N, 1, T) @ (N, T, H) product per layer: no (N, L, T, H) stack or masked copy is materialised (the
+    pooling cost is memory traffic, not arithmetic).
+    """
+    weights = mask.to(hidden_states[0].dtype)
+    row = weights.unsqueeze(1)  # (N, 1, T)
+    sums = torch.cat([torch.bmm(row, h) for h in hidden_states], dim=1)  # (N, L, H)
+    return sums / weights.sum(1).clamp(min=1e-9)[:, None, None]
 
 
 def layer_cls(hidden_states: Sequence[torch.Tensor]) -> torch.Tensor:

@@ -47,6 +47,7 @@ class FinetuneConfig:
     model: str = "all-MiniLM-L6-v2"  # any transformers model name or path
     task: str = "cola"
     data_dir: str = field(default_factory=default_data_dir)
+    dataset: str = ""  # Hugging Face Hub dataset instead of data_dir: glue/<task> (sets the task), or one with --task's GLUE columns
     output_dir: str = ""
     dropout: str = "standard"  # attention-dropout strategy (registry name)
     drop: DropoutOptions = field(default_factory=DropoutOptions)
@@ -72,6 +73,10 @@ class GlueData:
 
 def load_glue_data(cfg: FinetuneConfig) -> GlueData:
     """Read the train split and every eval split (capped by cfg.subset); DataError on any bad file."""
+    if cfg.dataset:
+        from layerwise.data.hub import read_glue
+
+        return GlueData(*read_glue(cfg.dataset, cfg.task, cfg.subset, cfg.train.seed))
     task = get_task(cfg.task)
     train = read_split(task, Path(cfg.data_dir), "train").subset(cfg.subset, cfg.train.seed)
     evals = {s: read_split(task, Path(cfg.data_dir), s).subset(cfg.subset, cfg.train.seed) for s in task.eval_splits}

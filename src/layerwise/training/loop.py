@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 
 from layerwise.config import TrainingConfig
 from layerwise.errors import LayerwiseError
+from layerwise.training import distributed
 from layerwise.training.checkpoint import (
     atomic_dir, commit_dir, list_checkpoints, load_checkpoint, prune_checkpoints, save_checkpoint,
 )
@@ -58,7 +59,8 @@ class Trainer:
                  evaluate: Callable[[], dict[str, float]], metric: str, save_model: Callable[[Path], None],
                  run_dir: Path, cfg: TrainingConfig, greater_is_better: bool = True,
                  stateful: dict[str, Any] | None = None, log_extra: Callable[[], dict[str, float]] | None = None,
-                 device: torch.device | None = None) -> None:
+                 device: torch.device | None = None, manual_backward: bool = False) -> None:
+        """`manual_backward`: compute_loss runs backward itself (GradCache) scaled by 1 / grad_accum."""
         from transformers import get_linear_schedule_with_warmup
 
         if steps_per_epoch <= 0:
@@ -67,6 +69,9 @@ class Trainer:
         self.evaluate, self.metric, self.save_model = evaluate, metric, save_model
         self.run_dir, self.cfg, self.greater_is_better = Path(run_dir), cfg, greater_is_better
         self.stateful, self.log_extra = stateful or {}, log_extra
+        self.reporters: list = []
+        self.manual_backward = manual_backward
+        self.dist = distributed.current()
         self.device = device or next(model.parameters()).device
         self.batches_per_epoch = steps_per_epoch
         updates_per_epoch = max(1, steps_per_epoch // cfg.grad_accum)
@@ -83,30 +88,41 @@ class Trainer:
         return self.run_dir / "checkpoints"
 
     def _log(self, record: dict[str, Any]) -> None:
+        if not self.dist.is_main:
+            return
         with open(self.run_dir / METRICS_FILE, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(record) + "\n")
+        for reporter in self.reporters:
+            reporter.log(record)
 
     # ------------------------------------------------------------------------------------------- fit
     def fit(self, resume: bool = False) -> TrainResult:
         """Train to the configured number of steps; with resume=True continue from the last checkpoint."""
+        from layerwise.training.reporting import make_reporters
+
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.reporters = make_reporters(self.cfg.report_to, self.run_dir) if self.dist.is_main else []
         if resume:
             self._resume()
-        elif (self.run_dir / METRICS_FILE).exists():
+        elif (self.run_dir / METRICS_FILE).exists() and self.dist.is_main:
             (self.run_dir / METRICS_FILE).unlink()
         start = time.perf_counter()
         progress = tqdm(total=self.total_steps, initial=self.state["global_step"], desc="train", unit="step",
-                        disable=not self.cfg.progress, dynamic_ncols=True)
+                        disable=not (self.cfg.progress and self.dist.is_main), dynamic_ncols=True)
         window = {"loss": 0.0, "count": 0, "examples": 0, "time": time.perf_counter()}
         self.model.train()
         while self.state["global_step"] < self.total_steps:
             self._run_epoch(progress, window)
         progress.close()
+        for reporter in self.reporters:
+            reporter.close()
         if self.state.get("last_eval_step") != self.state["global_step"]:
             self._evaluate_and_keep_best()
-        final = atomic_dir(self.run_dir / "final")
-        self.save_model(final)
-        commit_dir(final, self.run_dir / "final")
+        if self.dist.is_main:
+            final = atomic_dir(self.run_dir / "final")
+            self.save_model(final)
+            commit_dir(final, self.run_dir / "final")
+        distributed.barrier()
         return TrainResult(self.state["best_metric"], self.state["best_step"], self.state["global_step"],
                            time.perf_counter() - start, self.state["skipped_batches"])
 
@@ -120,7 +136,8 @@ class Trainer:
             if not torch.isfinite(loss):
                 self._on_bad_loss(loss)
                 continue
-            (loss / self.cfg.grad_accum).backward()
+            if not self.manual_backward:
+                (loss / self.cfg.grad_accum).backward()
             window["loss"] += float(loss.detach())
             window["count"] += 1
             window["examples"] += _batch_size(batch, self.cfg.batch_size)
@@ -169,9 +186,10 @@ class Trainer:
         step = self.state["global_step"]
         if step % self.cfg.log_every == 0 or step == self.total_steps:
             elapsed = max(time.perf_counter() - window["time"], 1e-9)
+            loss = distributed.mean_across(window["loss"] / max(window["count"], 1))
             record = {"step": step, "epoch": round(self.state["epoch"] + self.state["batches_in_epoch"] / self.batches_per_epoch, 4),
-                      "loss": window["loss"] / max(window["count"], 1), "lr": self.scheduler.get_last_lr()[0],
-                      "examples_per_s": window["examples"] / elapsed}
+                      "loss": loss, "lr": self.scheduler.get_last_lr()[0],
+                      "examples_per_s": window["examples"] * self.dist.world_size / elapsed}
             if self.log_extra:
                 record.update(self.log_extra())
             self._log(record)
@@ -186,6 +204,12 @@ class Trainer:
 
     # ------------------------------------------------------------------------------- eval, checkpoints
     def _evaluate_and_keep_best(self) -> None:
+        self.state["last_eval_step"] = self.state["global_step"]
+        if self.dist.is_main:
+            self._evaluate_on_main()
+        distributed.barrier()
+
+    def _evaluate_on_main(self) -> None:
         self.model.eval()
         scores = self.evaluate()
         self.model.train()
@@ -193,7 +217,6 @@ class Trainer:
             raise LayerwiseError(f"evaluation returned no '{self.metric}' (got {', '.join(scores)})")
         value, best = scores[self.metric], self.state["best_metric"]
         improved = best is None or (value > best if self.greater_is_better else value < best)
-        self.state["last_eval_step"] = self.state["global_step"]
         self._log({"step": self.state["global_step"], "eval": scores, "best": improved})
         if improved:
             self.state["best_metric"], self.state["best_step"] = value, self.state["global_step"]
@@ -202,16 +225,19 @@ class Trainer:
             commit_dir(tmp, self.run_dir / "best")
 
     def _checkpoint(self) -> None:
-        target = self.checkpoint_root / f"step-{self.state['global_step']}"
-        save_checkpoint(target, self.model, self.optimizer, self.scheduler, dict(self.state), self.stateful)
-        prune_checkpoints(self.checkpoint_root, max(self.cfg.keep_last, 1))
+        if self.dist.is_main:
+            target = self.checkpoint_root / f"step-{self.state['global_step']}"
+            save_checkpoint(target, self.model, self.optimizer, self.scheduler, dict(self.state), self.stateful)
+            prune_checkpoints(self.checkpoint_root, max(self.cfg.keep_last, 1))
+        distributed.barrier()
 
     def _resume(self) -> None:
         found = list_checkpoints(self.checkpoint_root)
         if not found:
             raise LayerwiseError(f"--resume: no checkpoint in {self.checkpoint_root}")
         self.state.update(load_checkpoint(found[-1], self.model, self.optimizer, self.scheduler, self.stateful))
-        self._truncate_metrics(self.state["global_step"])
+        if self.dist.is_main:
+            self._truncate_metrics(self.state["global_step"])
 
     def _truncate_metrics(self, step: int) -> None:
         """Drop log lines written after the checkpoint (the resumed run writes them again)."""

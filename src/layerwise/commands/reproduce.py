@@ -1,0 +1,121 @@
+"""`layerwise reproduce pooling|attendout`: the papers' experiments as resumable grids over seeds."""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from layerwise.config import build_config, read_config_file
+
+COMMON = "Runs are keyed by a hash of their resolved config under OUT/runs/; finished runs are skipped, interrupted " \
+         "ones resume from their last checkpoint, failures go to OUT/failures.jsonl and the others go on; the " \
+         "tables are rebuilt from whatever has finished. See docs/reproduce.md."
+
+
+def _common(parser: argparse.ArgumentParser, seeds: int) -> None:
+    parser.add_argument("--config", metavar="FILE", help="YAML file: top-level options plus run-config sections "
+                        "(configs/*.yaml hold the paper-scale settings)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a key of every run's config, e.g. --set train.batch_size=32 (repeatable)")
+    parser.add_argument("--model", help="transformers model name or path (default: all-MiniLM-L6-v2)")
+    parser.add_argument("--data-dir", help="data root (default: $LAYERWISE_DATA or ../shared/data)")
+    parser.add_argument("--output-dir", help="where runs/ and the tables go (default: reproduce)")
+    parser.add_argument("--seeds", type=int, help=f"seeds 0..N-1 (default: {seeds})")
+    parser.add_argument("--max-steps", type=int, help="cap every run at N optimizer steps (a quick look)")
+    parser.add_argument("--subset", type=int, help="cap the training examples (a quick look)")
+    parser.add_argument("--device", help="auto | cpu | cuda | cuda:N")
+    parser.add_argument("--shard", metavar="K/N", help="run only every N-th group of runs, from group K (one "
+                        "process per GPU: CUDA_VISIBLE_DEVICES=K ... --shard K/N)")
+    parser.add_argument("--dry-run", action="store_true", help="list the runs, their state and an ESTIMATE of "
+                        "their time; train nothing")
+    parser.add_argument("--report", action="store_true", help="only rebuild the tables and figures from the "
+                        "finished runs")
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("reproduce", help="reproduce the papers' tables (pooling ablation, attention "
+                                   "dropout study) over seeds", description=__doc__.splitlines()[0] + ". " + COMMON)
+    sub = parser.add_subparsers(dest="experiment", metavar="EXPERIMENT", required=True)
+    pooling = sub.add_parser("pooling", help="the LayerAttPooler ablation: poolers x objectives x inference modes",
+                             description="Train every pooler with the supervised objective (and avg_last, "
+                             "layer_att_cls unsupervised and hybrid), tune the pooler learning rate on STS-B dev "
+                             "(seed 0), and report STS-B dev/test, alignment/uniformity per inference mode as mean "
+                             "± std over seeds in OUT/pooling.md. " + COMMON)
+    _common(pooling, 3)
+    pooling.add_argument("--poolers", help="comma list (default: the paper's ten)")
+    pooling.add_argument("--objectives", help="comma list of supervised, unsupervised, hybrid (default: all)")
+    pooling.add_argument("--pooler-lrs", help="pooler learning rates tried on seed 0 (default: 1e-4,1e-3,1e-2; one "
+                         "value: no tuning)")
+    pooling.add_argument("--eval-subset", type=int, help="score only the first N STS-B pairs (a quick look)")
+    pooling.add_argument("--sts-dir", help="folder with STS12-16 (STS12-en-test, ...) and/or SICK/: also scored")
+    pooling.set_defaults(func=run_pooling)
+    attendout = sub.add_parser("attendout", help="every attention-dropout strategy on GLUE tasks over seeds",
+                               description="Fine-tune with none, standard, layerdrop, attn_layerdrop, attendout and "
+                               "scheduled_bernoulli (following the attendout run's learned pattern), report dev "
+                               "metrics as mean ± std over seeds with a paired test against standard in "
+                               "OUT/attendout.md, convergence curves and the drop-rate heatmap. " + COMMON)
+    _common(attendout, 5)
+    attendout.add_argument("--tasks", help="comma list of GLUE tasks (default: cola,rte,mrpc,sst2)")
+    attendout.add_argument("--strategies", help="comma list (default: all six)")
+    attendout.add_argument("--pattern-which", choices=("last", "overall"),
+                           help="learned rates scheduled_bernoulli follows (default: last)")
+    attendout.set_defaults(func=run_attendout)
+
+
+def _options(cls: type, args: argparse.Namespace, sections: tuple[str, ...], names: tuple[str, ...]):
+    """Options: defaults < --config top-level keys < flags. Returns (options, run-config sections)."""
+    from layerwise.reproduce.plan import read_reproduce_file
+
+    data_dir = args.data_dir
+    if not data_dir:
+        data_dir = str(read_config_file(args.config).get("data_dir", "")) if args.config else ""
+        data_dir = data_dir or cls().data_dir
+    file_values, grouped = read_reproduce_file(args.config, data_dir, sections) if args.config else ({}, {})
+    cli: dict[str, Any] = {}
+    for name in names:
+        value = getattr(args, name, None)
+        if value is not None:
+            cli[name] = value
+    opts = build_config(cls, file_values, cli, source=str(args.config or "options"))
+    return opts, grouped
+
+
+def _go(grid, args) -> int:
+    from layerwise.reproduce.runner import dry_run, run_grid, summarize
+
+    if args.dry_run:
+        dry_run(grid)
+        return 0
+    if args.report:
+        for path in grid.report():
+            print(f"[reproduce] wrote {path}")
+        return 0
+    if str(grid.opts.device).startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            from layerwise.errors import ConfigError
+
+            raise ConfigError(f"--device {grid.opts.device}: CUDA is not available here (use --device cpu, or "
+                              "--dry-run to see the plan and its estimate)")
+    outcome = run_grid(grid)
+    return summarize(outcome, grid.out, grid.report())
+
+
+COMMON_NAMES = ("model", "data_dir", "output_dir", "seeds", "max_steps", "subset", "device", "shard")
+
+
+def run_pooling(args) -> int:
+    from layerwise.reproduce.pooling import PoolingGrid, PoolingOptions
+
+    opts, sections = _options(PoolingOptions, args, ("embed", "per_objective"),
+                              COMMON_NAMES + ("poolers", "objectives", "pooler_lrs", "eval_subset", "sts_dir"))
+    return _go(PoolingGrid(opts, sections, args.overrides), args)
+
+
+def run_attendout(args) -> int:
+    import layerwise.training.finetune  # noqa: F401 - fills the dropout-strategy registry
+    from layerwise.reproduce.attendout import AttendoutGrid, AttendoutOptions
+
+    opts, sections = _options(AttendoutOptions, args, ("finetune", "per_strategy", "per_task"),
+                              COMMON_NAMES + ("tasks", "strategies", "pattern_which"))
+    return _go(AttendoutGrid(opts, sections, args.overrides), args)

@@ -1,0 +1,286 @@
+"""`layerwise reproduce attendout`: every attention-dropout strategy on GLUE tasks over seeds, as a resumable grid.
+
+scheduled_bernoulli follows the pattern AttendOut learned: for each (task, seed) the attendout run goes first, its
+per-layer drop rates are exported to <attendout run>/pattern.json, and the scheduled_bernoulli run of the same task
+and seed reads that file (the plan states the dependency; the key hashes the attendout run's key, not the path).
+
+Report: attendout.md / attendout.json with dev metrics of the best checkpoint as mean ± std over seeds and a paired
+test across seeds against `standard`; convergence-<task>.png (dev metric and train loss against steps, one line per
+strategy, lowest finished seed) and drop-heatmap-<task>.png (the learned per-layer drop rates of AttendOut).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from layerwise.config import build_config, non_negative, positive
+from layerwise.errors import ConfigError, LayerwiseError
+from layerwise.reproduce.plan import RunSpec, dedupe, is_finished, shard
+from layerwise.reproduce.tables import fmt_cell, fmt_p, markdown, mean_std, paired_test
+from layerwise.training.finetune import FinetuneConfig, default_data_dir
+
+STRATEGIES = ("none", "standard", "layerdrop", "attn_layerdrop", "scheduled_bernoulli", "attendout")
+RUN_PRIORITY = ("standard", "attendout", "scheduled_bernoulli", "none", "layerdrop", "attn_layerdrop")
+REFERENCE = "standard"
+# Training-set sizes of the GLUE releases: smaller tasks run first.
+TASK_SIZE = {"rte": 2490, "mrpc": 3668, "stsb": 5749, "cola": 8551, "sst2": 67349, "qnli": 104743,
+             "qqp": 363846, "mnli": 392702}
+PATTERN_FILE = "pattern.json"
+
+
+@dataclass
+class AttendoutOptions:
+    """Options of `layerwise reproduce attendout` (also the top-level keys of its --config file)."""
+
+    model: str = "all-MiniLM-L6-v2"
+    data_dir: str = field(default_factory=default_data_dir)
+    output_dir: str = "reproduce"
+    seeds: int = 5
+    tasks: list[str] = field(default_factory=lambda: ["cola", "rte", "mrpc", "sst2"])
+    strategies: list[str] = field(default_factory=lambda: list(STRATEGIES))
+    max_steps: int = 0
+    subset: int = 0  # cap on train and dev examples each (finetune's subset)
+    device: str = "auto"
+    pattern_which: str = "last"  # which learned rates scheduled_bernoulli follows: last | overall
+    shard: str = ""
+
+    def validate(self) -> None:
+        from layerwise.data.glue import get_task
+        from layerwise.registry import DROPOUT_STRATEGIES
+
+        positive(self, "seeds")
+        non_negative(self, "max_steps", "subset")
+        self.tasks = [get_task(t).name for t in self.tasks]
+        for name in self.strategies:
+            DROPOUT_STRATEGIES.get(name)
+        if not self.tasks or not self.strategies:
+            raise ConfigError("--tasks and --strategies must each name at least one value")
+        if self.pattern_which not in ("last", "overall"):
+            raise ConfigError(f"--pattern-which: expected last or overall, got {self.pattern_which!r}")
+
+
+class AttendoutGrid:
+    """The attention-dropout grid: plan, train, post (pattern export), report."""
+
+    def __init__(self, opts: AttendoutOptions, sections: dict[str, dict[str, Any]] | None = None,
+                 overrides: list[str] | None = None, log: Callable[[str], None] = print) -> None:
+        self.opts, self.sections, self.overrides, self.log = opts, sections or {}, overrides or [], log
+        self.out = Path(opts.output_dir)
+        self.shard = opts.shard
+        self._examples: dict[tuple, int | None] = {}
+        self.plan()  # every config is built and validated up front
+
+    def strategies(self) -> list[str]:
+        """Requested strategies in table order; attendout is added when scheduled_bernoulli needs its pattern."""
+        wanted = set(self.opts.strategies) | ({"attendout"} if "scheduled_bernoulli" in self.opts.strategies else set())
+        return [s for s in STRATEGIES if s in wanted] + [s for s in self.opts.strategies if s not in STRATEGIES]
+
+    def config(self, task: str, strategy: str, seed: int, pattern: str = "") -> FinetuneConfig:
+        o = self.opts
+        file_values = {**self.sections.get("finetune", {}), **self.sections.get(f"per_task.{task}", {}),
+                       **self.sections.get(f"per_strategy.{strategy}", {})}
+        cli: dict[str, Any] = {"model": o.model, "task": task, "data_dir": o.data_dir, "dropout": strategy,
+                               "train.seed": seed, "train.progress": False, "train.device": o.device}
+        if pattern:
+            cli["drop.pattern"] = pattern
+        for key, value in (("subset", o.subset), ("train.max_steps", o.max_steps)):
+            if value:
+                cli[key] = value
+        return build_config(FinetuneConfig, file_values, cli, self.overrides, source="reproduce config")
+
+    def plan(self) -> list[RunSpec]:
+        specs: list[RunSpec] = []
+        tasks = sorted(self.opts.tasks, key=lambda t: (TASK_SIZE.get(t, 10 ** 9), self.opts.tasks.index(t)))
+        for seed in range(self.opts.seeds):
+            for t_index, task in enumerate(tasks):
+                made: dict[str, RunSpec] = {}
+                for strategy in sorted(self.strategies(), key=lambda s: RUN_PRIORITY.index(s)
+                                       if s in RUN_PRIORITY else len(RUN_PRIORITY)):
+                    after: tuple[str, ...] = ()
+                    patch = None
+                    pattern = ""
+                    if strategy == "scheduled_bernoulli":
+                        source = made["attendout"]
+                        after = (source.key,)
+                        pattern = str((source.run_dir(self.out) / PATTERN_FILE).resolve())
+                        patch = _pattern_patch(source.key)
+                    spec = RunSpec(kind="finetune", name=f"{task}-{strategy}", seed=seed,
+                                   config=self.config(task, strategy, seed, pattern), group=f"{task}-seed{seed}",
+                                   order=(seed, t_index, RUN_PRIORITY.index(strategy)
+                                          if strategy in RUN_PRIORITY else len(RUN_PRIORITY)),
+                                   after=after, roles={"main"}, meta={"task": task, "strategy": strategy},
+                                   hash_patch=patch)
+                    made[strategy] = spec
+                    specs.append(spec)
+        return shard(dedupe(specs), self.shard)
+
+    def results(self, spec: RunSpec) -> dict | None:
+        if not is_finished(spec, self.out):
+            return None
+        return json.loads((spec.run_dir(self.out) / "results.json").read_text(encoding="utf-8"))
+
+    # ------------------------------------------------------------------------------------ run, post
+    def train(self, spec: RunSpec, run_dir: Path, resume: bool) -> None:
+        from layerwise.training.finetune import finetune
+
+        finetune(spec.config, run_dir, resume=resume, log=self.log)
+
+    def needs_post(self, spec: RunSpec, run_dir: Path) -> bool:
+        return spec.meta["strategy"] == "attendout" and not (run_dir / PATTERN_FILE).is_file()
+
+    def post(self, spec: RunSpec, run_dir: Path) -> None:
+        """AttendOut: export the learned per-layer drop rates for scheduled_bernoulli (as export-pattern does)."""
+        if spec.meta["strategy"] != "attendout":
+            return
+        from layerwise.commands.export_pattern import pattern_rates
+        from layerwise.regularization.pattern import write_json
+
+        rates = pattern_rates(run_dir, self.opts.pattern_which)
+        write_json(run_dir / PATTERN_FILE, {"rates": rates, "which": self.opts.pattern_which, "source": str(run_dir)})
+
+    # ---------------------------------------------------------------------------------- estimate
+    def sentences(self, cfg: Any) -> int:
+        return 1
+
+    def examples(self, cfg: Any) -> int | None:
+        from layerwise.data.glue import get_task, read_split
+
+        key = (cfg.task, cfg.data_dir, cfg.subset, cfg.train.seed)
+        if key not in self._examples:
+            try:
+                self._examples[key] = len(read_split(get_task(cfg.task), Path(cfg.data_dir), "train")
+                                          .subset(cfg.subset, cfg.train.seed))
+            except LayerwiseError:
+                self._examples[key] = None
+        return self._examples[key]
+
+    # -------------------------------------------------------------------------------------- report
+    def summary(self, specs: list[RunSpec]) -> dict[str, Any]:
+        """{task: {"metric", "metrics", "strategies": {s: {"per_seed": {metric: {seed: v}}, "metrics": {m: mean_std},
+        "paired": paired_test of the main metric against standard}}}} from the finished runs."""
+        tasks: dict[str, Any] = {}
+        for task in self.opts.tasks:
+            entry: dict[str, Any] = {"metric": None, "metrics": [], "strategies": {}}
+            for strategy in self.strategies():
+                per_seed: dict[str, dict[int, float]] = {}
+                for spec in specs:
+                    if spec.meta == {"task": task, "strategy": strategy}:
+                        results = self.results(spec)
+                        if results is None:
+                            continue
+                        entry["metric"] = results["metric"]
+                        scores = results.get("best_eval") or {results["metric"]: results["best_metric"]}
+                        for metric, value in scores.items():
+                            per_seed.setdefault(metric, {})[spec.seed] = value
+                            if metric not in entry["metrics"]:
+                                entry["metrics"].append(metric)
+                entry["strategies"][strategy] = {"per_seed": per_seed,
+                                                 "metrics": {m: mean_std(list(v.values())) for m, v in per_seed.items()}}
+            metric = entry["metric"]
+            reference = entry["strategies"].get(REFERENCE, {}).get("per_seed", {}).get(metric, {})
+            for strategy, data in entry["strategies"].items():
+                if strategy != REFERENCE and metric:
+                    data["paired"] = paired_test(data["per_seed"].get(metric, {}), reference)
+            tasks[task] = entry
+        return tasks
+
+    def report(self) -> list[Path]:
+        from layerwise.evaluation.report import write_json, write_text
+
+        specs = self._unsharded()
+        summary = self.summary(specs)
+        self.out.mkdir(parents=True, exist_ok=True)
+        figures = self.figures(specs)
+        md, json_path = self.out / "attendout.md", self.out / "attendout.json"
+        write_text(md, self.markdown(summary, figures))
+        write_json(json_path, {"settings": self.settings(), "reference": REFERENCE, "tasks": summary,
+                               "figures": [str(p.name) for p in figures]})
+        return [md, json_path, *figures]
+
+    def _unsharded(self) -> list[RunSpec]:
+        shard_text, self.shard = self.shard, ""
+        try:
+            return self.plan()
+        finally:
+            self.shard = shard_text
+
+    def settings(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return {**asdict(self.opts), "sections": self.sections, "overrides": self.overrides}
+
+    def figures(self, specs: list[RunSpec]) -> list[Path]:
+        """convergence-<task>.png and drop-heatmap-<task>.png from the lowest finished seed of each strategy."""
+        from layerwise.plots import convergence, drop_heatmap
+
+        written = []
+        for task in self.opts.tasks:
+            lowest: dict[str, RunSpec] = {}
+            for spec in sorted(specs, key=lambda s: s.seed):
+                if spec.meta["task"] == task and spec.meta["strategy"] not in lowest and is_finished(spec, self.out):
+                    lowest[spec.meta["strategy"]] = spec
+            runs = [lowest[s].run_dir(self.out) for s in self.strategies() if s in lowest]
+            if runs:
+                written.append(convergence(runs, self.out / f"convergence-{task}.png"))
+            if "attendout" in lowest:
+                try:
+                    written.append(drop_heatmap(lowest["attendout"].run_dir(self.out),
+                                                self.out / f"drop-heatmap-{task}.png"))
+                except LayerwiseError as exc:
+                    self.log(f"[reproduce] no heatmap for {task}: {exc}")
+        return written
+
+    def markdown(self, summary: dict[str, Any], figures: list[Path]) -> str:
+        o = self.opts
+        strategies = self.strategies()
+        header, rows = ["strategy"], []
+        for task, entry in summary.items():
+            header += [f"{task} {m}" for m in entry["metrics"] or ["-"]] + [f"{task} p"]
+        for strategy in strategies:
+            row = [strategy]
+            for task, entry in summary.items():
+                data = entry["strategies"].get(strategy, {})
+                for metric in entry["metrics"] or ["-"]:
+                    stat = data.get("metrics", {}).get(metric)
+                    cell = fmt_cell(stat)
+                    if stat and 0 < stat["n"] < o.seeds:
+                        cell += f" (n={stat['n']})"
+                    row.append(cell)
+                paired = data.get("paired")
+                row.append("ref." if strategy == REFERENCE else fmt_p(paired["p_ttest"]) if paired else "n/a")
+            rows.append(row)
+        detail_header = ["task", "strategy", "metric", "Δ vs standard", "t", "p (paired t)", "p (Wilcoxon)",
+                         "paired seeds"]
+        detail = []
+        for task, entry in summary.items():
+            for strategy in strategies:
+                paired = entry["strategies"].get(strategy, {}).get("paired")
+                if not paired:
+                    continue
+                detail.append([task, strategy, entry["metric"],
+                               f"{paired['mean_diff']:+.2f}" if paired["mean_diff"] is not None else "-",
+                               f"{paired['t']:.2f}" if paired["t"] is not None else "n/a",
+                               fmt_p(paired["p_ttest"]), fmt_p(paired["p_wilcoxon"]), str(paired["n"])])
+        lines = [f"## Attention dropout on GLUE dev: {o.model}", "",
+                 f"Dev score of the best checkpoint x 100 (CoLA: Matthews; MRPC: F1 and accuracy; STS-B: "
+                 f"Spearman/Pearson; others: accuracy), mean ± std over seeds (sample std); (n=k) marks a cell with "
+                 f"fewer than {o.seeds} finished seeds. `p`: two-sided paired t-test across seeds against "
+                 f"`{REFERENCE}` on the task's main metric (scipy.stats.ttest_rel; n/a with fewer than 2 paired "
+                 "seeds). scheduled_bernoulli follows the per-layer pattern learned by the attendout run of the same "
+                 "task and seed." + (f" Training capped at {o.max_steps} steps." if o.max_steps else "")
+                 + (f" Train and dev subsets of {o.subset} examples." if o.subset else ""), "",
+                 markdown(header, rows), "",
+                 "Paired tests against `standard` (Wilcoxon signed-rank from 6 paired seeds on):", "",
+                 markdown(detail_header, detail, align_right_from=3) if detail else "(no finished pairs yet)\n"]
+        if figures:
+            lines += ["", "Figures: " + ", ".join(f"[{p.name}]({p.name})" for p in figures), ""]
+        return "\n".join(lines)
+
+
+def _pattern_patch(source_key: str) -> Callable[[Any], None]:
+    def patch(view: Any) -> None:
+        view.drop.pattern = f"run:{source_key}"
+
+    return patch

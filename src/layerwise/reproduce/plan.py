@@ -1,0 +1,239 @@
+"""The run grid of a reproduction: one RunSpec per (configuration, seed), keyed by a hash of its resolved config.
+
+A run lives in OUT/runs/<kind>-<name>-seed<k>-<hash>/. It is finished when its results file exists
+(train-embed: eval.json, finetune: results.json); it is resumable when it has a checkpoint. A spec may wait on
+other runs (`after`: their keys must be finished first) or on a decision not yet made (`pending`: e.g. the pooler
+learning rate, picked once the seed-0 tuning runs have finished); the runner re-plans after every run.
+
+The key hashes the resolved config with three things left out, because they do not change what a run computes:
+the output directory (the key is the directory), the device and the progress bar. A dependency on another run's
+output (scheduled_bernoulli's learned pattern) enters the hash as that run's key, not as a path, so moving the
+output directory keeps the keys.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from layerwise.config import config_hash, read_config_file
+from layerwise.errors import ConfigError
+
+RESULTS = {"embed": "eval.json", "finetune": "results.json"}
+
+# Rough training cost, seconds per sentence passed forward and backward (max length 64-128), used by --dry-run
+# when the output directory holds no finished run of the same model to measure from. Measured once for the small
+# model on a 2-core CPU (17 SNLI triplets/s, i.e. ~0.02 s per sentence, evaluations included); the others are
+# scaled by hidden^2 x layers, and the cuda figures assume one recent datacenter GPU. Estimates, not promises.
+SECONDS_PER_SENTENCE = {
+    ("tiny", "cpu"): 0.0005, ("small", "cpu"): 0.02, ("base", "cpu"): 0.15, ("large", "cpu"): 0.5,
+    ("tiny", "cuda"): 0.0005, ("small", "cuda"): 0.0003, ("base", "cuda"): 0.0012, ("large", "cuda"): 0.004,
+}
+
+
+@dataclass
+class RunSpec:
+    """One training run of the grid."""
+
+    kind: str  # "embed" (train-embed) or "finetune"
+    name: str  # e.g. "supervised-layer_att_cls-plr0.001", "cola-attendout"
+    seed: int
+    config: Any  # EmbedConfig / FinetuneConfig, output_dir left empty; None while pending
+    group: str  # shard unit: runs that depend on each other share a group
+    order: tuple = ()  # sort key: cheapest-most-informative first
+    after: tuple[str, ...] = ()  # keys of runs that must be finished first
+    pending: str = ""  # why the config is not resolved yet
+    roles: set[str] = field(default_factory=set)  # "tune", "main"
+    meta: dict[str, Any] = field(default_factory=dict)  # table coordinates (objective, pooler, task, strategy, lr)
+    cost_config: Any = None  # a pending run's config with a placeholder value: what the time estimate uses
+    hash_patch: Callable[[Any], None] | None = None  # edits a copy of the config before hashing
+
+    @property
+    def hash(self) -> str:
+        if self.config is None:
+            return "pending"
+        view = copy.deepcopy(self.config)
+        view.output_dir = ""
+        view.train.device = "auto"
+        view.train.progress = False
+        if self.hash_patch:
+            self.hash_patch(view)
+        return config_hash(view)
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}-{self.name}-seed{self.seed}-{self.hash}"
+
+    def run_dir(self, out: Path) -> Path:
+        return Path(out) / "runs" / self.key
+
+
+def slug(value: float) -> str:
+    """A learning rate as a short name part: 0.001 -> 1e-03."""
+    return f"{value:.0e}"
+
+
+# ---------------------------------------------------------------------------------------------- status
+def results_path(spec: RunSpec, out: Path) -> Path:
+    return spec.run_dir(out) / RESULTS[spec.kind]
+
+
+def is_finished(spec: RunSpec, out: Path) -> bool:
+    return spec.config is not None and results_path(spec, out).is_file()
+
+
+def checkpoint_step(run_dir: Path) -> int | None:
+    from layerwise.training.checkpoint import list_checkpoints
+
+    found = list_checkpoints(run_dir / "checkpoints")
+    return int(found[-1].name[5:]) if found else None
+
+
+def status(spec: RunSpec, out: Path, finished: set[str]) -> str:
+    if spec.pending:
+        return f"waiting: {spec.pending}"
+    if spec.key in finished:
+        return "finished"
+    missing = [k for k in spec.after if k not in finished]
+    if missing:
+        return "waiting: " + ", ".join(missing)
+    step = checkpoint_step(spec.run_dir(out))
+    return f"resume from step {step}" if step is not None else "to run"
+
+
+def dedupe(specs: list[RunSpec]) -> list[RunSpec]:
+    """One spec per key (a seed-0 tuning run is also the main run at the picked value): roles merged, sorted."""
+    by_key: dict[str, RunSpec] = {}
+    for spec in specs:
+        key = spec.key if not spec.pending else f"{spec.key}:{spec.name}"
+        if key in by_key:
+            by_key[key].roles |= spec.roles
+            by_key[key].order = min(by_key[key].order, spec.order)
+        else:
+            by_key[key] = spec
+    return sorted(by_key.values(), key=lambda s: s.order)
+
+
+def shard(specs: list[RunSpec], text: str) -> list[RunSpec]:
+    """--shard K/N: the runs of every N-th group (groups in first-appearance order), starting with group K."""
+    if not text:
+        return specs
+    match = re.fullmatch(r"(\d+)/(\d+)", text.strip())
+    if not match or not 0 <= int(match.group(1)) < int(match.group(2)):
+        raise ConfigError(f"--shard {text}: expected K/N with 0 <= K < N, e.g. 0/4")
+    k, n = int(match.group(1)), int(match.group(2))
+    groups = list(dict.fromkeys(s.group for s in specs))
+    mine = {g for i, g in enumerate(groups) if i % n == k}
+    return [s for s in specs if s.group in mine]
+
+
+# --------------------------------------------------------------------------------------------- estimate
+def model_size(model: str) -> str:
+    """tiny / small / base / large from a local config.json (hidden^2 x layers) or the name."""
+    import json
+
+    from layerwise.modeling.backbone import resolve_model_path
+
+    try:
+        path = Path(resolve_model_path(model)) / "config.json"
+        if path.is_file():
+            cfg = json.loads(path.read_text(encoding="utf-8"))
+            cost = cfg.get("hidden_size", 768) ** 2 * cfg.get("num_hidden_layers", 12)
+            return "tiny" if cost < 384 ** 2 else "small" if cost < 768 ** 2 * 6 else \
+                "base" if cost < 1024 ** 2 * 16 else "large"
+    except Exception:  # noqa: BLE001 - an estimate never fails the plan
+        pass
+    name = model.lower()
+    return "large" if "large" in name else "base" if "base" in name else "small"
+
+
+def device_kind(device: str) -> str:
+    if device.startswith("cuda"):
+        return "cuda"
+    if device == "auto":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return "cpu"
+
+
+def measured_rates(specs: list[RunSpec], out: Path, sentences: Callable[[Any], int]) -> dict[tuple, float]:
+    """Seconds per sentence measured on the finished runs in `out`, per (kind, model, device kind)."""
+    import json
+
+    totals: dict[tuple, list[float]] = {}
+    for spec in specs:
+        path = results_path(spec, out) if spec.config is not None else None
+        if not path or not path.is_file():
+            continue
+        results = json.loads(path.read_text(encoding="utf-8"))
+        steps, seconds = results.get("steps") or 0, results.get("train_seconds") or 0
+        if steps and seconds:
+            cfg = spec.config
+            work = steps * cfg.train.batch_size * cfg.train.grad_accum * sentences(cfg)
+            bucket = totals.setdefault((spec.kind, cfg.model, device_kind(cfg.train.device)), [0, 0])
+            bucket[0] += seconds
+            bucket[1] += work
+    return {k: s / w for k, (s, w) in totals.items() if w}
+
+
+def estimate_seconds(kind: str, cfg: Any, steps: int | None, rates: dict[tuple, float],
+                     sentences: Callable[[Any], int]) -> tuple[float | None, str]:
+    """(seconds, "measured" | "constant") for one run of `steps` optimizer steps of config `cfg`."""
+    if cfg is None or steps is None:
+        return None, "unknown"
+    device = device_kind(cfg.train.device)
+    work = steps * cfg.train.batch_size * cfg.train.grad_accum * sentences(cfg)
+    rate = rates.get((kind, cfg.model, device))
+    if rate is not None:
+        return work * rate, "measured"
+    return work * SECONDS_PER_SENTENCE[(model_size(cfg.model), device)], "constant"
+
+
+def total_steps(train_cfg: Any, examples: int) -> int:
+    from layerwise.data.batching import count_batches
+
+    if train_cfg.max_steps:
+        return train_cfg.max_steps
+    updates = max(1, count_batches(examples, train_cfg.batch_size) // train_cfg.grad_accum)
+    return max(1, math.ceil(train_cfg.epochs * updates))
+
+
+def fmt_seconds(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+# ---------------------------------------------------------------------------------------------- options
+def read_reproduce_file(path: str, data_dir: str,
+                        sections: tuple[str, ...]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """Read a reproduce config file: (top-level options, {section: {dotted key: value}}).
+
+    Sections hold run-config keys: "embed"/"finetune" apply to every run; "per_objective.<name>",
+    "per_strategy.<name>" and "per_task.<name>" to some. The text "{data_dir}" in a string value is replaced by the data directory.
+    """
+    flat = read_config_file(path)
+    options: dict[str, Any] = {}
+    grouped: dict[str, dict[str, Any]] = {}
+    for key, value in flat.items():
+        if isinstance(value, str):
+            value = value.replace("{data_dir}", data_dir)
+        section = next((s for s in sections if key.startswith(s + ".")), None)
+        if section in ("embed", "finetune"):
+            grouped.setdefault(section, {})[key[len(section) + 1:]] = value
+        elif section:
+            name, _, rest = key[len(section) + 1:].partition(".")
+            if not rest:
+                raise ConfigError(f"{path}: {key}: expected {section}.<name>.<option>")
+            grouped.setdefault(f"{section}.{name}", {})[rest] = value
+        else:
+            options[key] = value  # checked by build_config against the options dataclass
+    return options, grouped

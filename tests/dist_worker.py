@@ -1,0 +1,44 @@
+"""Worker for the 2-process gloo test (a module of its own so torch.multiprocessing can import it)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+
+def contrastive_grads(model_dir: str, objective: str, triplets, sentences, batch_size: int, grad_cache: int,
+                      rank: int = 0, world: int = 1):
+    """Loss and pooler+backbone gradients of one step on this process's slice of the global batch."""
+    import layerwise
+    from layerwise.data.batching import TokenStore
+    from layerwise.data.readers import Triplet
+    from layerwise.training import distributed
+    from layerwise.training.embed import EmbedConfig, EmbedData, _compute_loss, make_batch_source
+
+    torch.manual_seed(0)
+    encoder = layerwise.load(model_dir, pooling="layer_att").eval()  # eval: no dropout/RReLU noise to compare
+    cfg = EmbedConfig(objective=objective, grad_cache_chunk=grad_cache)
+    cfg.train.batch_size = batch_size
+    data = EmbedData([Triplet(*t) for t in triplets], list(sentences))
+    info = distributed.current()
+    make_batches, _ = make_batch_source(data, TokenStore(encoder.tokenizer, data.texts(), 32), cfg, info)
+    batch = next(iter(make_batches(0)))
+    compute = _compute_loss(cfg, encoder, info)  # keep it (and its DDP wrapper) alive through backward
+    loss = compute(batch)
+    if not grad_cache:
+        loss.backward()
+    grads = {n: p.grad.clone() for n, p in encoder.named_parameters() if p.grad is not None}
+    del compute
+    return distributed.mean_across(float(loss.detach())), grads
+
+
+def worker(rank: int, world: int, init_file: str, out_dir: str, args: tuple) -> None:
+    os.environ.update(WORLD_SIZE=str(world), RANK=str(rank), LOCAL_RANK=str(rank))
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        loss, grads = contrastive_grads(*args, rank=rank, world=world)
+        torch.save({"loss": loss, "grads": grads}, Path(out_dir) / f"rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()

@@ -1,0 +1,216 @@
+"""reproduce: tables (mean/std, paired test against scipy), plan keys and dependencies, the runner's skip / resume /
+failure bookkeeping on a fake grid, dry-run listings and the paper-scale configs. No training here (see
+test_reproduce_train.py)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from layerwise.cli import main
+from layerwise.reproduce.plan import RunSpec, fmt_seconds, shard
+from layerwise.reproduce.pooling import PoolingGrid, PoolingOptions
+from layerwise.reproduce.runner import FAILURES, dry_run, run_grid, summarize
+from layerwise.reproduce.tables import fmt_cell, fmt_p, markdown, mean_std, paired_test
+from tiny import write_tiny_data
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory):
+    root = write_tiny_data(tmp_path_factory.mktemp("data"))
+    rows = ['"a man plays","the man is playing","no dog"', '"a cat sits","cat on the grass","a man runs"',
+            '"two dogs","dog","no people"', '"the sun","good sun","rain"']
+    (root / "nli_for_simcse.csv").write_text("sent0,sent1,hard_neg\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    (root / "wiki1m_for_simcse.txt").write_text("a man plays\nthe dog runs\nthe sun\ngood rain\n", encoding="utf-8")
+    return root
+
+
+# ------------------------------------------------------------------------------------------------ tables
+def test_paired_test_matches_scipy_on_a_hand_example():
+    attendout = {0: 31.2, 1: 29.8, 2: 33.0, 3: 30.1, 4: 32.4, 5: 30.9}
+    standard = {0: 30.0, 1: 29.9, 2: 31.1, 3: 28.7, 4: 31.0, 5: 30.2, 9: 50.0}  # seed 9 has no pair: left out
+    result = paired_test(attendout, standard)
+    x, y = [attendout[s] for s in range(6)], [standard[s] for s in range(6)]
+    expected = stats.ttest_rel(x, y)
+    assert result["n"] == 6 and result["seeds"] == list(range(6))
+    assert result["t"] == pytest.approx(expected.statistic) and result["p_ttest"] == pytest.approx(expected.pvalue)
+    assert result["mean_diff"] == pytest.approx(np.mean(np.subtract(x, y)))
+    assert result["p_wilcoxon"] == pytest.approx(stats.wilcoxon(x, y).pvalue)
+    five = paired_test({s: attendout[s] for s in range(5)}, standard)
+    assert five["p_wilcoxon"] is None and five["p_ttest"] is not None  # Wilcoxon only from 6 pairs
+    single = paired_test({0: 1.0}, {0: 2.0})
+    assert single["p_ttest"] is None and fmt_p(single["p_ttest"]) == "n/a"
+    assert paired_test({0: 1.0, 1: 2.0}, {0: 1.0, 1: 2.0})["p_ttest"] is None  # identical: no p, not a crash
+
+
+def test_mean_std_cells_and_markdown():
+    stat = mean_std([86.7, 86.9, 86.5])
+    assert stat["mean"] == pytest.approx(86.7) and stat["std"] == pytest.approx(np.std([86.7, 86.9, 86.5], ddof=1))
+    assert fmt_cell(stat) == "86.70 ± 0.20" and fmt_cell(mean_std([80.0])) == "80.00" and fmt_cell(None) == "-"
+    assert mean_std([]) ["n"] == 0
+    table = markdown(["pooler", "STS-B", "note"], [["a|b", "1.00", "x"]])
+    lines = table.splitlines()
+    assert lines[0] == "| pooler | STS-B | note |" and lines[1] == "| --- | ---: | ---: |"
+    assert lines[2] == "| a\\|b | 1.00 | x |" and table.endswith("\n")
+    assert fmt_seconds(30) == "30 s" and fmt_seconds(600) == "10 min" and fmt_seconds(7200) == "2.0 h"
+
+
+def test_shard_keeps_groups_together():
+    specs = [RunSpec("embed", f"n{i}", s, None, group=f"g{i}") for i in range(3) for s in range(2)]
+    first, second = shard(specs, "0/2"), shard(specs, "1/2")
+    assert {s.group for s in first} == {"g0", "g2"} and {s.group for s in second} == {"g1"}
+    with pytest.raises(Exception, match="K/N"):
+        shard(specs, "2/2")
+
+
+# ---------------------------------------------------------------------------------------------- the plan
+def _grid(tiny_bert, data, out, **kw) -> PoolingGrid:
+    opts = PoolingOptions(model=str(tiny_bert), data_dir=str(data), output_dir=str(out), **kw)
+    return PoolingGrid(opts, overrides=["train.batch_size=4"], log=lambda *_: None)
+
+
+def _fake_eval(run_dir: Path, dev: float) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    scores = {"stsb_dev": {"spearman": dev}, "stsb_test": {"spearman": dev - 5}}
+    (run_dir / "eval.json").write_text(json.dumps({"trained": {"full": scores, "static": scores},
+                                                   "untrained": {"stsb_test": {"spearman": 1.0}},
+                                                   "steps": 10, "train_seconds": 20.0}), encoding="utf-8")
+    (run_dir / "extras.json").write_text(json.dumps({"full": {"space": {"alignment": 0.2, "uniformity": -2.0}}}))
+
+
+def test_keys_are_stable_and_ignore_device_and_output_dir(tiny_bert, tiny_data, tmp_path):
+    a = _grid(tiny_bert, tiny_data, tmp_path / "a", poolers=["avg_last"], objectives=["supervised"]).plan()
+    b = _grid(tiny_bert, tiny_data, tmp_path / "b", poolers=["avg_last"], objectives=["supervised"],
+              device="cpu").plan()
+    assert [s.key for s in a] == [s.key for s in b]
+    assert a[0].key.startswith("embed-sup-avg_last-seed0-") and len(a[0].hash) == 12
+    assert len({s.key for s in a}) == 3  # seeds 0, 1, 2
+    c = _grid(tiny_bert, tiny_data, tmp_path / "a", poolers=["avg_last"], objectives=["supervised"], max_steps=7)
+    assert c.plan()[0].key != a[0].key  # a setting that changes the run changes the key
+
+
+def test_pooler_lr_tuned_on_seed0_dev_then_used_by_other_seeds(tiny_bert, tiny_data, tmp_path):
+    grid = _grid(tiny_bert, tiny_data, tmp_path, poolers=["layer_att_cls"], objectives=["supervised"], seeds=2,
+                 pooler_lrs=[1e-4, 1e-3, 1e-2])
+    specs = grid.plan()
+    tune = [s for s in specs if "tune" in s.roles]
+    assert [s.meta["pooler_lr"] for s in tune] == [1e-4, 1e-3, 1e-2] and all(s.seed == 0 for s in tune)
+    waiting = [s for s in specs if s.pending]
+    assert [s.seed for s in waiting] == [1]  # seed 0's main run is one of the tuning runs
+    for spec, dev in zip(tune, (80.0, 84.0, 82.0)):
+        _fake_eval(spec.run_dir(tmp_path), dev)
+    specs = grid.plan()
+    main_runs = [s for s in specs if "main" in s.roles]
+    assert [(s.seed, s.meta["pooler_lr"]) for s in main_runs] == [(0, 1e-3), (1, 1e-3)]
+    assert "tune" in main_runs[0].roles and main_runs[0].key == tune[1].key
+    assert not any(s.pending for s in specs)
+    grid.report()
+    md = (tmp_path / "pooling.md").read_text(encoding="utf-8")
+    assert "supervised/layer_att_cls: 0.001 (dev by lr: 0.0001: 80.00, 0.001: 84.00, 0.01: 82.00)" in md
+    assert "| supervised | layer_att_cls | full | 0.001 | 84.00 | 79.00 | 0.200 | -2.000 | 1/2 |" in md
+    picks = json.loads((tmp_path / "pooling.json").read_text())["pooler_lr"]
+    assert picks["supervised/layer_att_cls"]["picked"] == 1e-3
+
+
+def test_runner_skips_finished_records_failures_and_goes_on(tiny_bert, tiny_data, tmp_path):
+    grid = _grid(tiny_bert, tiny_data, tmp_path, poolers=["avg_last", "cls_last"], objectives=["supervised"], seeds=2)
+    calls = []
+
+    def train(spec, run_dir, resume):
+        calls.append(spec.key)
+        if spec.meta["pooler"] == "cls_last" and spec.seed == 1:
+            raise RuntimeError("out of memory")
+        _fake_eval(run_dir, 70.0 + spec.seed)
+
+    grid.train, grid.post = train, lambda spec, run_dir: None
+    outcome = run_grid(grid, log=lambda *_: None)
+    assert len(calls) == 4 and len(outcome.trained) == 3 and len(outcome.failed) == 1
+    failure = json.loads((tmp_path / FAILURES).read_text().splitlines()[0])
+    assert "cls_last-seed1" in failure["key"] and "out of memory" in failure["error"]
+    assert summarize(outcome, tmp_path, [], log=lambda *_: None) == 1
+    grid.report()
+    md = (tmp_path / "pooling.md").read_text()
+    assert "| supervised | cls_last | full | - | 70.00 | 65.00 | 0.200 | -2.000 | 1/2 |" in md
+    assert "| supervised | avg_last | full | - | 70.50 ± 0.71 |" in md
+    calls.clear()
+    outcome = run_grid(grid, log=lambda *_: None)  # the rerun only retries the failed run
+    assert len(calls) == 1 and "cls_last-seed1" in calls[0] and len(outcome.skipped) == 3
+
+
+def test_dry_run_lists_runs_with_an_estimate(tiny_bert, tiny_data, tmp_path, capsys):
+    args = ["reproduce", "pooling", "--model", str(tiny_bert), "--data-dir", str(tiny_data), "--output-dir",
+            str(tmp_path), "--seeds", "2", "--poolers", "avg_last,layer_att_cls", "--dry-run"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "embed-sup-avg_last-seed0-" in out and "embed-sup-layer_att_cls-plr1e-03-seed0-" in out
+    assert "embed-hybrid-layer_att_cls-seed1-?" in out and "waiting: pooler lr" in out
+    assert "ESTIMATED time left" in out and "constant" in out and "18 runs" in out
+    assert not (tmp_path / "runs").exists()  # nothing trained
+    grid = _grid(tiny_bert, tiny_data, tmp_path, poolers=["avg_last"], objectives=["supervised"])
+    _fake_eval(grid.plan()[0].run_dir(tmp_path), 70.0)
+    rows = dry_run(grid, log=lambda *_: None)
+    assert rows[0]["state"] == "finished" and {r["source"] for r in rows[1:]} == {"measured"}
+
+
+def test_attendout_dry_run_orders_scheduled_after_attendout(tiny_bert, tmp_path, capsys):
+    from test_finetune import write_cola
+
+    data = write_cola(tmp_path / "data", train=20, dev=8)
+    assert main(["reproduce", "attendout", "--model", str(tiny_bert), "--data-dir", str(data), "--output-dir",
+                 str(tmp_path / "out"), "--seeds", "1", "--tasks", "cola", "--dry-run"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "finetune-" in line]
+    names = [line.split()[1].rsplit("-", 2)[0] for line in lines]
+    assert names[:3] == ["finetune-cola-standard", "finetune-cola-attendout", "finetune-cola-scheduled_bernoulli"]
+    assert len(names) == 6
+    attendout_key = lines[1].split()[1]
+    assert f"waiting: {attendout_key}" in lines[2]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["pooling", "--poolers", "avg_lst"], "did you mean 'avg_last'"),
+    (["pooling", "--pooler-lrs", "0"], "--pooler-lrs"),
+    (["attendout", "--tasks", "colaa"], "unknown task"),
+    (["pooling", "--set", "train.lrr=1"], "unknown key 'train.lrr'"),
+    (["pooling", "--shard", "3/2"], "--shard"),
+])
+def test_bad_options_are_one_line_errors(tiny_bert, tiny_data, tmp_path, capsys, args, needle):
+    code = main(["reproduce", args[0], "--model", str(tiny_bert), "--data-dir", str(tiny_data), "--output-dir",
+                 str(tmp_path), "--dry-run", *args[1:]])
+    err = capsys.readouterr().err
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("name", ["pooling-bert-base", "pooling-roberta-large", "attendout-bert-base",
+                                  "attendout-roberta-large"])
+def test_paper_configs_resolve(name, tiny_bert, tiny_data, tmp_path, capsys):
+    from test_finetune import write_cola
+
+    write_cola(tiny_data, train=20, dev=8)
+    experiment = name.split("-")[0]
+    extra = ["--tasks", "cola"] if experiment == "attendout" else []
+    assert main(["reproduce", experiment, "--config", str(REPO / "configs" / f"{name}.yaml"), "--model",
+                 str(tiny_bert), "--data-dir", str(tiny_data), "--device", "cpu", "--output-dir", str(tmp_path),
+                 "--dry-run", *extra]) == 0
+    out = capsys.readouterr().out
+    assert ("58 runs" if experiment == "pooling" else "30 runs") in out
+
+
+def test_paper_config_tiny_run_on_cpu_and_cuda_refused_without_gpu(tiny_bert, tiny_data, tmp_path, capsys):
+    base = ["reproduce", "pooling", "--config", str(REPO / "configs" / "pooling-bert-base.yaml"), "--model",
+            str(tiny_bert), "--data-dir", str(tiny_data), "--output-dir", str(tmp_path), "--poolers", "avg_last",
+            "--objectives", "supervised", "--seeds", "1", "--max-steps", "1", "--eval-subset", "12"]
+    import torch
+
+    if not torch.cuda.is_available():
+        assert main(base) == 2 and "CUDA is not available" in capsys.readouterr().err  # the config says cuda
+    assert main(base + ["--device", "cpu", "--set", "train.batch_size=2"]) == 0
+    run = next((tmp_path / "runs").glob("embed-sup-avg_last-seed0-*"))
+    config = json.loads(json.dumps(__import__("yaml").safe_load((run / "config.yaml").read_text())))
+    assert config["model"] == str(tiny_bert) and config["train_file"] == f"{tiny_data}/nli_for_simcse.csv"
+    assert config["hard_negative_weight"] == 1.0 and config["train"]["lr"] == 2e-5
+    assert "| supervised | avg_last | full |" in (tmp_path / "pooling.md").read_text()

@@ -1,0 +1,79 @@
+"""reproduce end to end on a tiny model and tiny data: the pooling grid with its table, skip on rerun, resume of an
+interrupted run, and the attendout grid with the attendout -> scheduled_bernoulli dependency."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from layerwise.cli import main
+from tiny import write_tiny_data
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory):
+    return write_tiny_data(tmp_path_factory.mktemp("data"))
+
+
+def test_pooling_grid_table_skip_and_resume(tiny_bert, tiny_data, tmp_path, capsys):
+    out = tmp_path / "out"
+    args = ["reproduce", "pooling", "--model", str(tiny_bert), "--data-dir", str(tiny_data), "--output-dir",
+            str(out), "--seeds", "2", "--poolers", "avg_last,layer_att_cls", "--objectives", "supervised",
+            "--pooler-lrs", "1e-3", "--max-steps", "2", "--eval-subset", "12", "--device", "cpu",
+            "--set", "train.batch_size=4", "--set", "max_length=16", "--set", "static_sentences=8",
+            "--set", "train.checkpoint_every=1"]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "trained 4, resumed 0, already finished 0, failed 0" in printed
+    runs = sorted((out / "runs").iterdir())
+    assert len(runs) == 4 and all((r / "eval.json").is_file() and (r / "extras.json").is_file() for r in runs)
+    md = (out / "pooling.md").read_text(encoding="utf-8")
+    rows = [line for line in md.splitlines() if line.startswith("| supervised")]
+    assert [r.split("|")[3].strip() for r in rows] == ["full", "full", "static", "cls_last", "avg_last"]
+    assert all(" ± " in r.split("|")[5] and r.rstrip(" |").endswith("2") for r in rows)  # mean ± std over 2 seeds
+    data = json.loads((out / "pooling.json").read_text(encoding="utf-8"))
+    full = next(r for r in data["rows"] if r["pooler"] == "layer_att_cls" and r["mode"] == "full")
+    assert full["n"] == 2 and len(full["metrics"]["STS-B test"]["values"]) == 2 and "alignment" in full["metrics"]
+    assert (out / "pooling.png").is_file()
+
+    stamps = {r.name: (r / "eval.json").stat().st_mtime_ns for r in runs}
+    assert main(args) == 0  # rerun: nothing is retrained
+    assert "trained 0, resumed 0, already finished 4" in capsys.readouterr().out
+    assert stamps == {r.name: (r / "eval.json").stat().st_mtime_ns for r in runs}
+
+    victim = next(r for r in runs if "layer_att_cls" in r.name and "seed1" in r.name)
+    assert (victim / "checkpoints" / "step-1").is_dir()
+    (victim / "eval.json").unlink()  # interrupted after its step-1 checkpoint
+    (victim / "extras.json").unlink()
+    assert main(args) == 0
+    assert "trained 0, resumed 1, already finished 3" in capsys.readouterr().out
+    assert (victim / "eval.json").is_file() and (victim / "extras.json").is_file()
+    assert all((r / "eval.json").stat().st_mtime_ns == stamps[r.name] for r in runs if r != victim)
+    steps = [json.loads(line)["step"] for line in (victim / "metrics.jsonl").read_text().splitlines()]
+    assert steps == sorted(steps) and max(steps) == 2
+
+
+def test_attendout_grid_runs_scheduled_bernoulli_on_the_learned_pattern(tiny_bert, tmp_path, capsys):
+    from test_finetune import write_cola
+
+    data, out = write_cola(tmp_path / "data", train=24, dev=10), tmp_path / "out"
+    assert main(["reproduce", "attendout", "--model", str(tiny_bert), "--data-dir", str(data), "--output-dir",
+                 str(out), "--seeds", "1", "--tasks", "cola", "--strategies", "standard,scheduled_bernoulli",
+                 "--max-steps", "2", "--device", "cpu", "--set", "train.batch_size=8", "--set",
+                 "train.log_every=1"]) == 0
+    printed = capsys.readouterr().out
+    order = [line.split()[2].rsplit("-", 2)[0] for line in printed.splitlines() if line.startswith("[reproduce] running")]
+    assert order == ["finetune-cola-standard", "finetune-cola-attendout", "finetune-cola-scheduled_bernoulli"]
+    attendout = next((out / "runs").glob("finetune-cola-attendout-seed0-*"))
+    scheduled = next((out / "runs").glob("finetune-cola-scheduled_bernoulli-seed0-*"))
+    pattern = json.loads((attendout / "pattern.json").read_text(encoding="utf-8"))
+    assert len(pattern["rates"]) == 2
+    config = yaml.safe_load((scheduled / "config.yaml").read_text(encoding="utf-8"))
+    assert config["drop"]["pattern"] == str((attendout / "pattern.json").resolve())
+    md = (out / "attendout.md").read_text(encoding="utf-8")
+    assert "| strategy | cola matthews | cola p |" in md and "| standard |" in md and "ref." in md
+    assert "| attendout |" in md and "n/a" in md  # one seed: no p-value
+    summary = json.loads((out / "attendout.json").read_text(encoding="utf-8"))
+    assert summary["tasks"]["cola"]["strategies"]["attendout"]["paired"]["n"] == 1
+    assert (out / "convergence-cola.png").is_file() and (out / "drop-heatmap-cola.png").is_file()
