@@ -138,8 +138,6 @@ def test_model_dir_with_only_a_malicious_pickle_is_not_executed(tiny_bert: Path,
     assert not (tmp_path / "e.npy").exists()
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: modeling/backbone.py load_backbone catches only OSError; torch's "
-                                       "weights-only UnpicklingError escapes as a traceback")
 def test_model_dir_with_only_a_malicious_pickle_fails_with_one_clear_line(tiny_bert: Path, tmp_path: Path, capsys):
     model = malicious_model_dir(tiny_bert, tmp_path / "evil", tmp_path / "MARKER", keep_safetensors=False)
     code, _, err = run_cli(encode_argv(model, tmp_path), capsys)

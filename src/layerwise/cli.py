@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 
 from layerwise.errors import LayerwiseError
 
@@ -47,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    _one_line_warnings(args.command)
     try:
         return int(args.func(args) or 0)
     except LayerwiseError as exc:
@@ -55,6 +57,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"layerwise {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _one_line_warnings(command: str) -> None:
+    """Show Python warnings as `layerwise CMD: warning: ...` lines (no file/line noise)."""
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        print(f"layerwise {command}: warning: {message}", file=file or sys.stderr)
+
+    warnings.showwarning = show
 
 
 if __name__ == "__main__":

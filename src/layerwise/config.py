@@ -52,6 +52,9 @@ class TrainingConfig:
             raise ConfigError(f"train.warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
         if self.epochs == 0 and self.max_steps == 0:
             raise ConfigError("train.epochs and train.max_steps are both 0: nothing to train")
+        from layerwise.training.reporting import check_reporters
+
+        check_reporters(self.report_to)  # unknown name or missing package: fail before a run starts
 
 
 def positive(obj: Any, *names: str, prefix: str = "") -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from layerwise.commands.train_embed import prepare_run_dir
+from layerwise.training.run_dir import prepare_run_dir
 from layerwise.config import add_config_arguments, config_from_args
 from layerwise.training.finetune import RESULTS_FILE, FinetuneConfig, finetune, summary
 

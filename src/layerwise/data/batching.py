@@ -6,6 +6,8 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
+from layerwise.modeling.encoder import count_truncated, warn_truncated
+
 
 class TokenStore:
     """Token ids of every distinct text, tokenised once (no padding), looked up by text."""
@@ -16,9 +18,12 @@ class TokenStore:
             self.index.setdefault(text, len(self.index))
         unique = list(self.index)
         self.ids: list[list[int]] = []
+        truncated = 0
         for start in range(0, len(unique), chunk):
             encoded = tokenizer(unique[start:start + chunk], truncation=True, max_length=max_length)
             self.ids.extend(encoded["input_ids"])
+            truncated += count_truncated(encoded)
+        warn_truncated(truncated, len(unique), max_length)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
 
     def collate(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import pickle
 import os
 from pathlib import Path
 
@@ -66,7 +67,7 @@ def load_backbone(name_or_path: str, trust_remote_code: bool = False, **kwargs):
             kwargs.setdefault("add_pooling_layer", False)  # unused by sentence encoders; keeps DDP free of dead params
         with quiet_transformers():
             model = AutoModel.from_pretrained(path, trust_remote_code=trust_remote_code, **kwargs)
-    except OSError as exc:
+    except (OSError, ValueError, pickle.UnpicklingError) as exc:
         hint = " (offline: pass a local model directory)" if offline or not Path(path).exists() else ""
         raise LayerwiseError(f"--model {name_or_path}: cannot load ({str(exc).splitlines()[0]}){hint}") from None
     return model, tokenizer

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -11,7 +12,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from layerwise.errors import LayerwiseError
+from layerwise.errors import ConfigError, LayerwiseError
 from layerwise.modeling.backbone import load_backbone, quiet_transformers
 from layerwise.modeling.poolers import MODES, Pooler, build_pooler, check_mode
 
@@ -34,11 +35,14 @@ class SentenceEncoder(nn.Module):
         self.backbone, self.tokenizer, self.pooler = backbone, tokenizer, pooler
         self.mode = check_mode(pooler, mode)
         self.max_length = max_length
+        self.truncated = 0  # texts cut at max_length since the last encode() started
 
     # ------------------------------------------------------------------------------------------ forward
     def tokenize(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
-        return self.tokenizer(list(texts), padding=True, truncation=True, max_length=self.max_length,
-                              return_tensors="pt")
+        encoded = self.tokenizer(list(texts), padding=True, truncation=True, max_length=self.max_length,
+                                 return_tensors="pt")
+        self.truncated += count_truncated(encoded)
+        return {k: v for k, v in encoded.items()}
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, mode: str | None = None,
                 **inputs: torch.Tensor) -> torch.Tensor:
@@ -71,6 +75,7 @@ class SentenceEncoder(nn.Module):
         was_training = self.training
         self.eval()
         order = np.argsort([-len(s) for s in sentences], kind="stable")
+        self.truncated = 0
         dim = self.embedding_dim if (mode or self.mode) == self.mode else self.pooler.hidden_size
         result = np.empty((len(sentences), dim), dtype=np.float32)
         starts = range(0, len(sentences), batch_size)
@@ -82,6 +87,7 @@ class SentenceEncoder(nn.Module):
                 emb = torch.nn.functional.normalize(emb, dim=-1)
             result[index] = emb.float().cpu().numpy()
         self.train(was_training)
+        warn_truncated(self.truncated, len(sentences), self.max_length)
         return result
 
     @torch.inference_mode()
@@ -130,10 +136,36 @@ class SentenceEncoder(nn.Module):
             mode = mode or meta.get("mode", "full")
         else:
             pooler = build_pooler(pooling or "avg_last", hidden, layers, **pooler_kwargs)
+        limit = position_limit(backbone.config)
         if max_length is None:
             max_length = meta.get("max_length", 128) if meta else _sentence_bert_max_length(name_or_path)
+            max_length = min(max_length, limit)
+        elif max_length > limit:
+            raise ConfigError(f"max_length {max_length} exceeds the model's limit of {limit} tokens "
+                              f"(max_position_embeddings of {name_or_path}); pass --max-length {limit} or less")
         encoder = cls(backbone, tokenizer, pooler, mode or "full", max_length)
         return encoder.to(pick_device(device)).eval()
+
+
+def position_limit(config: Any) -> int:
+    """The longest input the model's position embeddings allow (RoBERTa-style models reserve padding_idx + 1)."""
+    limit = int(getattr(config, "max_position_embeddings", 512) or 512)
+    if getattr(config, "model_type", "") in ("roberta", "xlm-roberta", "camembert"):
+        limit -= int(getattr(config, "pad_token_id", 1) or 0) + 1
+    return limit
+
+
+def count_truncated(encoded: Any) -> int:
+    """How many texts of a fast-tokenizer batch lost tokens to truncation (0 for slow tokenizers)."""
+    encodings = getattr(encoded, "encodings", None) or []
+    return sum(1 for e in encodings if e.overflowing)
+
+
+def warn_truncated(count: int, total: int, max_length: int) -> None:
+    """One warning for a whole pass over the data."""
+    if count:
+        warnings.warn(f"{count} of {total} texts are longer than max_length={max_length} tokens and were truncated",
+                      stacklevel=3)
 
 
 def _kwargs(pooler: Pooler) -> dict:

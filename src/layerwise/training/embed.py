@@ -284,11 +284,11 @@ def train_embed(cfg: EmbedConfig, run_dir: Path, resume: bool = False,
     with quiet_transformers():
         encoder = SentenceEncoder.from_pretrained(cfg.model, pooling=cfg.pooler, max_length=cfg.max_length,
                                                   device=str(device), **_pooler_kwargs(cfg))
-    stsb_dev = _stsb_evaluator(cfg, "dev")  # fails early when STS-B is missing
+    stsb_dev, stsb_test = _stsb_evaluator(cfg, "dev"), _stsb_evaluator(cfg, "test")  # fail before writing anything
     if dist_info.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, run_dir / "config.yaml")
-    untrained = _untrained_scores(cfg, encoder, run_dir, resume) if dist_info.is_main else {}
+    untrained = _untrained_scores(stsb_test, encoder, run_dir, resume) if dist_info.is_main else {}
     store = TokenStore(encoder.tokenizer, data.texts(), cfg.max_length)
     make_batches, steps = make_batch_source(data, store, cfg, dist_info)
     trainer = Trainer(
@@ -303,12 +303,12 @@ def train_embed(cfg: EmbedConfig, run_dir: Path, resume: bool = False,
     return EmbedRun(run_dir, results)
 
 
-def _untrained_scores(cfg: EmbedConfig, encoder, run_dir: Path, resume: bool) -> dict:
+def _untrained_scores(stsb_test: Callable[[Any], dict], encoder, run_dir: Path, resume: bool) -> dict:
     """STS-B test of the starting point (kept in untrained.json so a resumed run reports it too)."""
     path = run_dir / "untrained.json"
     if resume and path.is_file():
         return json.loads(path.read_text(encoding="utf-8"))
-    scores = {"stsb_test": _stsb_evaluator(cfg, "test")(encoder)}
+    scores = {"stsb_test": stsb_test(encoder)}
     _write_json(path, scores)
     return scores
 
@@ -364,7 +364,7 @@ def _final_evaluation(cfg: EmbedConfig, run_dir: Path, data: EmbedData, untraine
     if best.pooler.uses_attention:
         sample = random.Random(cfg.train.seed).sample(data.texts(), min(cfg.static_sentences, len(data.texts())))
         best.calibrate_static(sample, cfg.eval_batch_size)
-        best.save(run_dir / "best")
+        _save_atomically(best, run_dir / "best")
         modes += ["static"]
     modes += [m for m in ("cls_last", "avg_last") if m != cfg.pooler]
     dev, test = _stsb_evaluator(cfg, "dev"), _stsb_evaluator(cfg, "test")
@@ -372,11 +372,36 @@ def _final_evaluation(cfg: EmbedConfig, run_dir: Path, data: EmbedData, untraine
     for mode in modes:
         best.mode = mode
         trained[mode] = {"stsb_dev": dev(best), "stsb_test": test(best)}
+    best.mode = "full"
+    _write_card(cfg, run_dir / "best", trained["full"])
     results = {"model": cfg.model, "pooler": cfg.pooler, "objective": cfg.objective, "untrained": untrained,
                "trained": trained, "best_step": result.best_step, "steps": result.global_step,
                "train_seconds": round(result.seconds, 1), "skipped_batches": result.skipped_batches}
     _write_json(run_dir / "eval.json", results)  # written last: its presence marks a finished run
     return results
+
+
+def _save_atomically(encoder, target: Path) -> None:
+    from layerwise.training.checkpoint import atomic_dir, commit_dir
+
+    tmp = atomic_dir(target)
+    encoder.save(tmp)
+    commit_dir(tmp, target)
+
+
+def _write_card(cfg: EmbedConfig, directory: Path, scores: dict) -> None:
+    """A Hub model card (README.md) with the STS-B scores of the saved (full) mode and the training command."""
+    import shlex
+    import sys
+
+    from layerwise.model_card import write_model_card
+
+    datasets = [cfg.dataset or cfg.train_file or "snli"] if cfg.objective != "unsupervised" else []
+    if cfg.objective != "supervised":
+        datasets.append(cfg.unsup_file or "wiki1m_for_simcse.txt")
+    base = "sentence-transformers/all-MiniLM-L6-v2" if cfg.model.lower() == "all-minilm-l6-v2" else cfg.model
+    write_model_card(directory, base_model=base, pooler=cfg.pooler, mode="full", datasets=datasets, metrics=scores,
+                     command="layerwise " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
 
 
 def _write_json(path: Path, data: Any) -> None:

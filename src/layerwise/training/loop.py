@@ -107,6 +107,15 @@ class Trainer:
         elif (self.run_dir / METRICS_FILE).exists() and self.dist.is_main:
             (self.run_dir / METRICS_FILE).unlink()
         start = time.perf_counter()
+        try:
+            self._train_to_the_end()
+        finally:
+            for reporter in self.reporters:
+                reporter.close()
+        return TrainResult(self.state["best_metric"], self.state["best_step"], self.state["global_step"],
+                           time.perf_counter() - start, self.state["skipped_batches"])
+
+    def _train_to_the_end(self) -> None:
         progress = tqdm(total=self.total_steps, initial=self.state["global_step"], desc="train", unit="step",
                         disable=not (self.cfg.progress and self.dist.is_main), dynamic_ncols=True)
         window = {"loss": 0.0, "count": 0, "examples": 0, "time": time.perf_counter()}
@@ -114,8 +123,6 @@ class Trainer:
         while self.state["global_step"] < self.total_steps:
             self._run_epoch(progress, window)
         progress.close()
-        for reporter in self.reporters:
-            reporter.close()
         if self.state.get("last_eval_step") != self.state["global_step"]:
             self._evaluate_and_keep_best()
         if self.dist.is_main:
@@ -123,8 +130,6 @@ class Trainer:
             self.save_model(final)
             commit_dir(final, self.run_dir / "final")
         distributed.barrier()
-        return TrainResult(self.state["best_metric"], self.state["best_step"], self.state["global_step"],
-                           time.perf_counter() - start, self.state["skipped_batches"])
 
     def _run_epoch(self, progress: tqdm, window: dict) -> None:
         skip = self.state["batches_in_epoch"]

@@ -1,0 +1,43 @@
+"""The run directory: choosing it, and refusing to clobber an existing run."""
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+from layerwise.errors import LayerwiseError
+from layerwise.training.checkpoint import list_checkpoints
+
+# Each command writes one of these last: its presence marks a finished run.
+FINISHED_MARKERS = ("eval.json", "results.json")
+
+
+def is_finished(run_dir: Path) -> bool:
+    return any((run_dir / name).exists() for name in FINISHED_MARKERS)
+
+
+def prepare_run_dir(output_dir: str, default_name: str, resume: bool, overwrite: bool) -> Path:
+    """Pick the run directory and refuse to clobber an existing run unless told to (checked by the main process
+    of a distributed run only; the others follow it)."""
+    run_dir = Path(output_dir) if output_dir else Path("runs") / f"{default_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if int(os.environ.get("RANK", "0")) != 0:
+        if not output_dir:
+            raise LayerwiseError("distributed runs need an explicit --output-dir shared by all processes")
+        return run_dir
+    if resume and overwrite:
+        raise LayerwiseError("--resume and --overwrite exclude each other")
+    if resume:
+        if not run_dir.is_dir():
+            raise LayerwiseError(f"--resume: {run_dir} does not exist (pass the --output-dir of the run to resume)")
+        if not is_finished(run_dir) and not list_checkpoints(run_dir / "checkpoints"):
+            raise LayerwiseError(f"--resume: no checkpoint in {run_dir / 'checkpoints'} to resume from "
+                                 "(pass --overwrite to start again)")
+        return run_dir
+    if run_dir.exists() and any(run_dir.iterdir()):
+        if not overwrite:
+            finished = "a finished run" if is_finished(run_dir) else "an unfinished run"
+            raise LayerwiseError(f"--output-dir {run_dir} already holds {finished}: pass --resume to continue it "
+                                 "or --overwrite to replace it")
+        shutil.rmtree(run_dir)
+    return run_dir
