@@ -39,3 +39,26 @@ def test_two_gloo_processes_equal_one_process_with_the_doubled_batch(tiny_bert, 
     for rank in (0, 1):
         result = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)
         _assert_same(single, (result["loss"], result["grads"]))
+
+
+def test_torchrun_runs_train_embed_on_two_processes(tiny_bert, tmp_path):
+    """The real launcher: two gloo processes, one run directory written by the main process only."""
+    import json
+    import subprocess
+    import sys
+
+    from tiny import write_tiny_data
+
+    data = write_tiny_data(tmp_path / "data")
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "layerwise.cli",
+               "train-embed", "--model", str(tiny_bert), "--data-dir", str(data), "--output-dir", str(out),
+               "--batch-size", "4", "--max-steps", "3", "--eval-every", "2", "--max-length", "16",
+               "--static-sentences", "10", "--set", "train.progress=false"]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("trained, mode full") == 1
+    results = json.loads((out / "eval.json").read_text())
+    assert results["steps"] == 3
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines if "eval" in line] == [2, 3]

@@ -277,13 +277,17 @@ def _metavar(hint: Any) -> str:
     return "VALUE"
 
 
-def config_from_args(cls: type[C], args: argparse.Namespace) -> C:
-    """Build a config from parsed arguments produced by add_config_arguments."""
-    file_values = read_config_file(args.config) if getattr(args, "config", None) else {}
+def config_from_args(cls: type[C], args: argparse.Namespace, base_file: Path | None = None) -> C:
+    """Build a config from parsed arguments produced by add_config_arguments.
+
+    `base_file` (a resumed run's config.yaml) takes the place of --config when given.
+    """
+    source = base_file or getattr(args, "config", None)
+    file_values = read_config_file(source) if source else {}
     cli_values = {
         name[len("cfg__"):].replace("__", "."): value
         for name, value in vars(args).items()
         if name.startswith("cfg__") and value is not None
     }
     return build_config(cls, file_values, cli_values, getattr(args, "overrides", []),
-                        source=str(args.config) if getattr(args, "config", None) else "config")
+                        source=str(source) if source else "config")

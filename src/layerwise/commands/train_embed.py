@@ -23,6 +23,8 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     cfg = config_from_args(EmbedConfig, args)
     run_dir = prepare_run_dir(cfg.output_dir, f"train-embed-{cfg.pooler}", args.resume, args.overwrite)
+    if args.resume and (run_dir / "config.yaml").is_file():
+        cfg = config_from_args(EmbedConfig, args, base_file=run_dir / "config.yaml")  # the run's own settings
     if args.resume and (run_dir / "eval.json").exists():
         results = json.loads((run_dir / "eval.json").read_text(encoding="utf-8"))
         print(f"{run_dir} is already finished")

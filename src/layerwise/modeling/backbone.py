@@ -88,11 +88,16 @@ def quiet_transformers():
     """Silence transformers' load report and weight-loading progress bar (the CLI has its own output)."""
     from transformers.utils import logging as hf_logging
 
-    level = hf_logging.get_verbosity()
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+    level, hub_bars_off = hf_logging.get_verbosity(), are_progress_bars_disabled()
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
+    disable_progress_bars()  # "Writing model shards" comes from huggingface_hub's bars
     try:
         yield
     finally:
         hf_logging.set_verbosity(level)
         hf_logging.enable_progress_bar()
+        if not hub_bars_off:
+            enable_progress_bars()

@@ -296,8 +296,9 @@ def train_embed(cfg: EmbedConfig, run_dir: Path, resume: bool = False,
         compute_loss=_compute_loss(cfg, encoder, dist_info), manual_backward=bool(cfg.grad_cache_chunk),
         evaluate=lambda: {"stsb_dev_spearman": stsb_dev(encoder)["spearman"]}, metric="stsb_dev_spearman",
         save_model=lambda path: encoder.save(path), run_dir=run_dir, cfg=cfg.train, device=device)
-    log(f"training {cfg.model} + {cfg.pooler} ({cfg.objective}) on {len(data.triplets) or len(data.sentences)} "
-        f"examples, {trainer.total_steps} steps -> {run_dir}")
+    if dist_info.is_main:
+        log(f"training {cfg.model} + {cfg.pooler} ({cfg.objective}) on {len(data.triplets) or len(data.sentences)} "
+            f"examples, {trainer.total_steps} steps -> {run_dir}")
     result = trainer.fit(resume=resume)
     results = _final_evaluation(cfg, run_dir, data, untrained, result, device) if dist_info.is_main else {}
     return EmbedRun(run_dir, results)
