@@ -24,22 +24,22 @@ C = TypeVar("C")
 class TrainingConfig:
     """Options of the training loop shared by train-embed and finetune."""
 
-    epochs: float = 1.0
-    max_steps: int = 0  # 0: derived from epochs
-    batch_size: int = 64
-    lr: float = 2e-5
-    weight_decay: float = 0.0
-    warmup_ratio: float = 0.1
-    max_grad_norm: float = 1.0
-    grad_accum: int = 1
+    epochs: float = 1.0  # passes over the training data (fractions allowed)
+    max_steps: int = 0  # optimizer steps; 0: derived from epochs
+    batch_size: int = 64  # examples per step and process
+    lr: float = 2e-5  # peak learning rate of the encoder (AdamW)
+    weight_decay: float = 0.0  # AdamW weight decay
+    warmup_ratio: float = 0.1  # linear warmup over this fraction of the steps, then linear decay
+    max_grad_norm: float = 1.0  # gradient clipping (0: off)
+    grad_accum: int = 1  # batches accumulated per optimizer step
     eval_every: int = 100  # steps; 0: once per epoch
-    log_every: int = 10
-    seed: int = 0
+    log_every: int = 10  # steps between metrics.jsonl lines
+    seed: int = 0  # seeds Python, numpy, torch and the data order
     keep_last: int = 1  # periodic checkpoints kept besides best
     checkpoint_every: int = 0  # steps; 0: at every evaluation
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
-    on_nan: Literal["stop", "skip"] = "stop"
-    progress: bool = True
+    on_nan: Literal["stop", "skip"] = "stop"  # a NaN/inf loss stops the run (exit 3) or skips the batch
+    progress: bool = True  # show the progress bar
     report_to: list[str] = dataclasses.field(default_factory=list)  # besides metrics.jsonl: tensorboard, wandb
 
     def validate(self) -> None:
@@ -266,7 +266,28 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type, skip: tuple
             default = getattr(default, part)
         choices = get_args(hint) if get_origin(hint) is Literal else None
         parser.add_argument(flag, dest=f"cfg__{key.replace('.', '__')}", default=None, metavar=_metavar(hint),
-                            choices=choices, help=f"{key} (default: {default})")
+                            choices=choices, help=_help(cls, key, default))
+
+
+def field_comments(cls: type) -> dict[str, str]:
+    """The trailing `# comment` of each field in a config dataclass's source: the --help text of its flag."""
+    import inspect
+    import re
+
+    try:
+        source = inspect.getsource(cls)
+    except (OSError, TypeError):
+        return {}
+    return {m.group(1): m.group(2).strip() for m in re.finditer(r"^\s+(\w+):[^#\n]*#\s*(.+)$", source, re.M)}
+
+
+def _help(cls: type, key: str, default: Any) -> str:
+    owner = cls
+    *parents, leaf = key.split(".")
+    for part in parents:
+        owner = _hints(owner)[part]
+    comment = field_comments(owner).get(leaf, "")
+    return f"{comment + '; ' if comment else ''}{key} (default: {default})".replace("%", "%%")
 
 
 def _metavar(hint: Any) -> str:

@@ -35,27 +35,27 @@ def _embed_training_defaults() -> TrainingConfig:
 class EmbedConfig:
     """Options of `layerwise train-embed`."""
 
-    model: str = "all-MiniLM-L6-v2"
-    pooler: str = "layer_att_res"
-    pooler_scale: Literal["layers", "sqrt_h"] = "layers"
-    pooler_lr: float = 1e-3
-    objective: str = "supervised"
-    temperature: float = 0.05
-    hard_negative_weight: float = 0.0
+    model: str = "all-MiniLM-L6-v2"  # model directory, Hub name, or the default model's short name
+    pooler: str = "layer_att_res"  # see README: cls_last, avg_last, ..., layer_att_cls, layer_att_res
+    pooler_scale: Literal["layers", "sqrt_h"] = "layers"  # attention scores divided by L (official) or sqrt(H)
+    pooler_lr: float = 1e-3  # learning rate of the pooler's own parameters
+    objective: str = "supervised"  # supervised | unsupervised | hybrid
+    temperature: float = 0.05  # InfoNCE temperature
+    hard_negative_weight: float = 0.0  # logit bonus for each anchor's own hard negative (official code: 1.0)
     unsup_weight: float = 1.0  # hybrid: loss = supervised + unsup_weight * unsupervised
-    data_dir: str = field(default_factory=default_data_dir)
+    data_dir: str = field(default_factory=default_data_dir)  # holds senteval/SNLI, stsbenchmark, wiki1m_slice
     train_file: str = ""  # supervised: nli_for_simcse.csv / .tsv / .jsonl triplets; default SNLI dev+test
-    train_columns: list[str] = field(default_factory=lambda: ["anchor", "positive", "negative"])
+    train_columns: list[str] = field(default_factory=lambda: ["anchor", "positive", "negative"])  # of train_file
     unsup_file: str = ""  # unsupervised/hybrid: one sentence per line; default wiki1m_slice
     dataset: str = ""  # Hugging Face Hub dataset instead of train_file/unsup_file, e.g. sentence-transformers/all-nli:triplet
     subset: int = 0  # cap on training examples (0: all)
-    max_length: int = 64
+    max_length: int = 64  # tokens per sentence in training (longer texts are truncated, with a warning)
     length_chunks: int = 4  # forward a batch's sentences in this many length-sorted chunks (less padding; 1: off)
-    eval_batch_size: int = 128
+    eval_batch_size: int = 128  # sentences per batch when scoring STS-B
     grad_cache_chunk: int = 0  # GradCache: embed in chunks of this many sentences (0: off)
     eval_subset: int = 0  # cap on STS-B pairs scored during and after training (0: all; for quick looks)
     static_sentences: int = 2000  # sentences used to freeze the attention into the static layer mix
-    output_dir: str = ""
+    output_dir: str = ""  # run directory (default: runs/train-embed-POOLER-TIMESTAMP)
     train: TrainingConfig = field(default_factory=_embed_training_defaults)
 
     def validate(self) -> None:
