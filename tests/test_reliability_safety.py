@@ -8,7 +8,6 @@ import pickle
 import shutil
 from pathlib import Path
 
-import pytest
 
 from test_reliability_helpers import REPO, error_lines, run_cli
 

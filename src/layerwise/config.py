@@ -20,6 +20,13 @@ from layerwise.errors import ConfigError, closest_hint
 C = TypeVar("C")
 
 
+def default_data_dir() -> str:
+    """$LAYERWISE_DATA, else ../shared/data (relative to the working directory)."""
+    import os
+
+    return os.environ.get("LAYERWISE_DATA", "../shared/data")
+
+
 @dataclasses.dataclass
 class TrainingConfig:
     """Options of the training loop shared by train-embed and finetune."""

@@ -19,7 +19,8 @@ from layerwise.config import build_config, non_negative, positive
 from layerwise.errors import ConfigError, LayerwiseError
 from layerwise.reproduce.plan import RunSpec, dedupe, is_finished, shard
 from layerwise.reproduce.tables import fmt_cell, fmt_p, markdown, mean_std, paired_test
-from layerwise.training.finetune import FinetuneConfig, default_data_dir
+from layerwise.config import default_data_dir
+from layerwise.training.finetune import FinetuneConfig
 
 STRATEGIES = ("none", "standard", "layerdrop", "attn_layerdrop", "scheduled_bernoulli", "attendout")
 RUN_PRIORITY = ("standard", "attendout", "scheduled_bernoulli", "none", "layerdrop", "attn_layerdrop")

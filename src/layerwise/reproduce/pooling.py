@@ -21,7 +21,8 @@ from layerwise.config import build_config, non_negative, positive
 from layerwise.errors import ConfigError, LayerwiseError
 from layerwise.reproduce.plan import RunSpec, dedupe, is_finished, shard, slug
 from layerwise.reproduce.tables import fmt_cell, markdown, mean_std
-from layerwise.training.embed import EmbedConfig, default_data_dir
+from layerwise.config import default_data_dir
+from layerwise.training.embed import EmbedConfig
 
 PAPER_POOLERS = ("cls_last", "avg_last", "cls_avg_last", "avg_first_last", "weighted_layers", "cls_all_att",
                  "avg_all_att", "layer_att", "layer_att_cls", "layer_att_res")

@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 import json
-import os
 import random
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
@@ -12,7 +10,7 @@ from typing import Any, Callable, Literal
 import numpy as np
 import torch
 
-from layerwise.config import TrainingConfig, non_negative, positive, save_config
+from layerwise.config import TrainingConfig, default_data_dir, non_negative, positive, save_config
 from layerwise.data.batching import TokenStore, count_batches, epoch_batches
 from layerwise.data.readers import Triplet, read_lines, read_nli_csv, read_snli_triplets, read_triplet_table
 from layerwise.errors import ConfigError, DataError
@@ -20,11 +18,6 @@ from layerwise.losses import info_nce_offset
 from layerwise.training import distributed
 from layerwise.training.distributed import gather_rows
 from layerwise.registry import OBJECTIVES, POOLERS
-
-
-def default_data_dir() -> str:
-    """$LAYERWISE_DATA, else ../shared/data (relative to the working directory)."""
-    return os.environ.get("LAYERWISE_DATA", "../shared/data")
 
 
 def _embed_training_defaults() -> TrainingConfig:

@@ -9,7 +9,6 @@ results.json, written last (its presence marks a finished run).
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 from dataclasses import dataclass, field
@@ -19,7 +18,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from layerwise.config import TrainingConfig, positive, non_negative, save_config
+from layerwise.config import TrainingConfig, default_data_dir, non_negative, positive, save_config
 from layerwise.data.batching import count_batches, epoch_batches
 from layerwise.data.glue import Examples, GlueTask, get_task, read_split
 from layerwise.errors import LayerwiseError
@@ -29,11 +28,6 @@ from layerwise.regularization import DropoutOptions, DropoutStrategy, build_stra
 from layerwise.regularization.pattern import RUN_PATTERN, write_json
 
 RESULTS_FILE = "results.json"
-
-
-def default_data_dir() -> str:
-    """$LAYERWISE_DATA, else ../shared/data (relative to the working directory)."""
-    return os.environ.get("LAYERWISE_DATA", "../shared/data")
 
 
 def _finetune_training_defaults() -> TrainingConfig:
