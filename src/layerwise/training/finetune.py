@@ -9,6 +9,7 @@ results.json, written last (its presence marks a finished run).
 from __future__ import annotations
 
 import json
+import warnings
 import random
 import shutil
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from layerwise.config import TrainingConfig, default_data_dir, non_negative, pos
 from layerwise.data.batching import count_batches, epoch_batches
 from layerwise.data.glue import Examples, GlueTask, get_task, read_split
 from layerwise.errors import LayerwiseError
+from layerwise.modeling.encoder import count_truncated, warn_truncated
 from layerwise.evaluation.glue_metrics import glue_scores
 from layerwise.registry import DROPOUT_STRATEGIES
 from layerwise.regularization import DropoutOptions, DropoutStrategy, build_strategy
@@ -83,6 +85,7 @@ class Encoded:
     def __init__(self, tokenizer: Any, examples: Examples, max_length: int, regression: bool) -> None:
         columns = list(zip(*examples.texts))
         encoded = tokenizer(*[list(c) for c in columns], truncation=True, max_length=max_length)
+        warn_truncated(count_truncated(encoded), len(examples), max_length)
         self.features = [{k: encoded[k][i] for k in encoded.keys()} for i in range(len(examples))]
         self.labels = torch.tensor(examples.labels, dtype=torch.float32 if regression else torch.long)
         self.tokenizer = tokenizer
@@ -196,19 +199,22 @@ def finetune(cfg: FinetuneConfig, run_dir: Path, resume: bool = False,
              log: Callable[[str], None] = print) -> FinetuneRun:
     """Fine-tune on cfg.task with cfg.dropout, keeping the best model on the task's main dev metric."""
     from layerwise.modeling.backbone import quiet_transformers
-    from layerwise.modeling.encoder import pick_device
+    from layerwise.modeling.encoder import pick_device, position_limit
     from layerwise.training.loop import Trainer
 
     data = load_glue_data(cfg)  # bad data fails before anything is written
     seed_everything(cfg.train.seed)
     device = pick_device(cfg.train.device)
     model, tokenizer = load_classifier(cfg, data.task)
+    max_length = min(cfg.max_length, position_limit(model.config))
+    if max_length < cfg.max_length:
+        warnings.warn(f"max_length {cfg.max_length} is capped at the model's limit of {max_length} tokens")
     strategy = build_strategy(cfg.dropout, cfg.drop, model.config)
     model.to(device)
     strategy.to(device).attach(model)
     regression = data.task.is_regression
-    train = Encoded(tokenizer, data.train, cfg.max_length, regression)
-    evals = {s: Encoded(tokenizer, e, cfg.max_length, regression) for s, e in data.evals.items()}
+    train = Encoded(tokenizer, data.train, max_length, regression)
+    evals = {s: Encoded(tokenizer, e, max_length, regression) for s, e in data.evals.items()}
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(cfg, run_dir / "config.yaml")
     window = LossWindow()
