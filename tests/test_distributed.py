@@ -62,3 +62,57 @@ def test_torchrun_runs_train_embed_on_two_processes(tiny_bert, tmp_path):
     assert results["steps"] == 3
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in lines if "eval" in line] == [2, 3]
+
+
+def _write_tiny_cola(root):
+    rng = random.Random(1)
+    folder = root / "glue" / "CoLA"
+    folder.mkdir(parents=True)
+    for split, n in (("train", 32), ("dev", 8)):
+        rows = [f"src\t{rng.randint(0, 1)}\t\t{' '.join(rng.sample(WORDS, 5))} ." for _ in range(n)]
+        (folder / f"{split}.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return root
+
+
+def _finetune_command(model, data, out, dropout, processes, batch_size):
+    import sys
+
+    launcher = ([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(processes)]
+                if processes > 1 else [sys.executable])
+    return launcher + ["-m", "layerwise.cli", "finetune", "--model", str(model), "--task", "cola", "--data-dir",
+                       str(data), "--dropout", dropout, "--output-dir", str(out), "--batch-size", str(batch_size),
+                       "--max-steps", "3", "--seed", "0", "--set", "train.progress=false"]
+
+
+def test_torchrun_finetune_equals_one_process_with_the_doubled_batch(tmp_path):
+    """No dropout anywhere: two processes of batch 4 must train the same weights as one process of batch 8."""
+    import subprocess
+
+    from safetensors.torch import load_file
+
+    from tiny import make_tiny_model_dir
+
+    model = make_tiny_model_dir(tmp_path / "model", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    data = _write_tiny_cola(tmp_path / "data")
+    for name, processes, batch in (("one", 1, 8), ("two", 2, 4)):
+        proc = subprocess.run(_finetune_command(model, data, tmp_path / name, "none", processes, batch),
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    one, two = (load_file(str(tmp_path / n / "final" / "model.safetensors")) for n in ("one", "two"))
+    assert one.keys() == two.keys()
+    for key in one:
+        torch.testing.assert_close(two[key], one[key], atol=1e-5, rtol=1e-4, msg=key)
+
+
+def test_torchrun_finetune_with_attendout_saves_gnet_once(tmp_path):
+    import subprocess
+
+    data = _write_tiny_cola(tmp_path / "data")
+    from tiny import make_tiny_model_dir
+
+    model = make_tiny_model_dir(tmp_path / "model")
+    proc = subprocess.run(_finetune_command(model, data, tmp_path / "run", "attendout", 2, 4),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("run directory:") == 1
+    assert (tmp_path / "run" / "results.json").is_file() and (tmp_path / "run" / "gnet").is_dir()

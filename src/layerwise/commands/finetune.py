@@ -31,6 +31,8 @@ def run(args) -> int:
         print(f"{run_dir} is already finished")
     else:
         results = finetune(cfg, run_dir, resume=args.resume).results
+        if not results:  # a non-main process of a distributed run: the main one reports
+            return 0
     print(summary(results))
     print(f"run directory: {run_dir} (best model: {run_dir / 'best'})")
     return 0

@@ -19,6 +19,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from layerwise.training import distributed
 from layerwise.config import TrainingConfig, default_data_dir, non_negative, positive, save_config
 from layerwise.data.batching import count_batches, epoch_batches
 from layerwise.data.glue import Examples, GlueTask, get_task, read_split
@@ -205,6 +206,9 @@ def finetune(cfg: FinetuneConfig, run_dir: Path, resume: bool = False,
     data = load_glue_data(cfg)  # bad data fails before anything is written
     seed_everything(cfg.train.seed)
     device = pick_device(cfg.train.device)
+    dist_info = distributed.init_from_env(device)
+    if device.type == "cuda" and dist_info.enabled:
+        device = torch.device("cuda", dist_info.local_rank)
     model, tokenizer = load_classifier(cfg, data.task)
     max_length = min(cfg.max_length, position_limit(model.config))
     if max_length < cfg.max_length:
@@ -215,19 +219,22 @@ def finetune(cfg: FinetuneConfig, run_dir: Path, resume: bool = False,
     regression = data.task.is_regression
     train = Encoded(tokenizer, data.train, max_length, regression)
     evals = {s: Encoded(tokenizer, e, max_length, regression) for s, e in data.evals.items()}
-    run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, run_dir / "config.yaml")
+    if dist_info.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, run_dir / "config.yaml")
     window = LossWindow()
+    forward = _distributed_forward(model, strategy, dist_info, skips_layers=cfg.dropout in ("layerdrop", "attn_layerdrop"))
 
     def compute_loss(batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        loss = model(**batch).loss
+        loss = forward(**batch).loss
         extra = strategy.extra_loss()
         window.add(loss, extra)
         return loss if extra is None else loss + extra
 
     def log_extra() -> dict[str, float]:
         logs = {**window.flush(bool(strategy.parameter_groups())), **strategy.drop_rates()}
-        write_json(run_dir / RUN_PATTERN, strategy.pattern())
+        if dist_info.is_main:
+            write_json(run_dir / RUN_PATTERN, strategy.pattern())
         return logs
 
     def save_model(path: Path) -> None:
@@ -237,23 +244,29 @@ def finetune(cfg: FinetuneConfig, run_dir: Path, resume: bool = False,
         if hasattr(strategy, "save"):
             _save_beside(strategy, run_dir / "gnet" / path.name.removesuffix(".tmp"))
 
+    global_batch = cfg.train.batch_size * dist_info.world_size
+    min_size = global_batch if dist_info.enabled else 2  # equal shards for every process
+
     def make_batches(epoch: int):
-        for indices in epoch_batches(len(train), cfg.train.batch_size, cfg.train.seed, epoch):
-            yield train.batch(indices)
+        for indices in epoch_batches(len(train), global_batch, cfg.train.seed, epoch, min_size=min_size):
+            yield train.batch(distributed.shard(indices, dist_info))
 
     trainer = Trainer(
         model=model, param_groups=param_groups(model, strategy, cfg.train), compute_loss=compute_loss,
-        make_batches=make_batches, steps_per_epoch=count_batches(len(train), cfg.train.batch_size),
+        make_batches=make_batches, steps_per_epoch=count_batches(len(train), global_batch, min_size=min_size),
         evaluate=make_evaluator(model, data.task, evals, cfg.eval_batch_size, device), metric=data.task.metric,
         save_model=save_model, run_dir=run_dir, cfg=cfg.train, stateful={"dropout": strategy},
         log_extra=log_extra, device=device)
     strategy.set_horizon(trainer.total_steps * cfg.train.grad_accum)
-    log(f"fine-tuning {cfg.model} on {data.task.name} ({len(train)} train examples) with dropout "
-        f"'{cfg.dropout}', {trainer.total_steps} steps -> {run_dir}")
+    if dist_info.is_main:
+        log(f"fine-tuning {cfg.model} on {data.task.name} ({len(train)} train examples) with dropout "
+            f"'{cfg.dropout}', {trainer.total_steps} steps -> {run_dir}")
     try:
         result = trainer.fit(resume=resume)
     finally:
         strategy.detach()
+    if not dist_info.is_main:
+        return FinetuneRun(run_dir, {}, model, tokenizer)
     write_json(run_dir / RUN_PATTERN, strategy.pattern())
     results = {"model": cfg.model, "task": data.task.name, "dropout": cfg.dropout, "metric": data.task.metric,
                "best_metric": result.best_metric, "best_step": result.best_step,
@@ -262,6 +275,29 @@ def finetune(cfg: FinetuneConfig, run_dir: Path, resume: bool = False,
                "train_examples": len(train), "eval_examples": {s: len(e) for s, e in evals.items()}}
     write_json(run_dir / RESULTS_FILE, results)  # written last: its presence marks a finished run
     return FinetuneRun(run_dir, results, model, tokenizer)
+
+
+class _ModelWithStrategy(torch.nn.Module):
+    """The classifier and the dropout strategy's own modules (G-Net) as one module, so that
+    DistributedDataParallel averages the gradients of both; its forward is the classifier's."""
+
+    def __init__(self, model: torch.nn.Module, strategy: DropoutStrategy) -> None:
+        super().__init__()
+        self.model, self.strategy = model, strategy
+
+    def forward(self, **batch: torch.Tensor) -> Any:
+        return self.model(**batch)
+
+
+def _distributed_forward(model: torch.nn.Module, strategy: DropoutStrategy, dist_info,
+                         skips_layers: bool = False) -> Callable[..., Any]:
+    """The classifier's forward, wrapped in DistributedDataParallel in a multi-process run."""
+    if not dist_info.enabled:
+        return model
+    both = _ModelWithStrategy(model, strategy)
+    device_ids = [dist_info.local_rank] if next(model.parameters()).device.type == "cuda" else None
+    # LayerDrop skips whole layers in some steps: their parameters get no gradient then
+    return torch.nn.parallel.DistributedDataParallel(both, device_ids=device_ids, find_unused_parameters=skips_layers)
 
 
 def _save_beside(strategy: DropoutStrategy, target: Path) -> None:
