@@ -1,10 +1,8 @@
 """`layerwise finetune`: GLUE fine-tuning with a selectable attention-dropout strategy (AttendOut and baselines)."""
 from __future__ import annotations
 
-import json
-
-from layerwise.training.run_dir import prepare_run_dir
-from layerwise.config import add_config_arguments, config_from_args
+from layerwise.training.run_dir import run_training_command
+from layerwise.config import add_config_arguments
 from layerwise.training.finetune import RESULTS_FILE, FinetuneConfig, finetune, summary
 
 
@@ -22,17 +20,5 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    cfg = config_from_args(FinetuneConfig, args)
-    run_dir = prepare_run_dir(cfg.output_dir, f"finetune-{cfg.task}-{cfg.dropout}", args.resume, args.overwrite)
-    if args.resume and (run_dir / "config.yaml").is_file():
-        cfg = config_from_args(FinetuneConfig, args, base_file=run_dir / "config.yaml")  # the run's own settings
-    if args.resume and (run_dir / RESULTS_FILE).exists():
-        results = json.loads((run_dir / RESULTS_FILE).read_text(encoding="utf-8"))
-        print(f"{run_dir} is already finished")
-    else:
-        results = finetune(cfg, run_dir, resume=args.resume).results
-        if not results:  # a non-main process of a distributed run: the main one reports
-            return 0
-    print(summary(results))
-    print(f"run directory: {run_dir} (best model: {run_dir / 'best'})")
-    return 0
+    return run_training_command(args, FinetuneConfig, lambda cfg: f"finetune-{cfg.task}-{cfg.dropout}", RESULTS_FILE,
+                                finetune, summary)

@@ -39,6 +39,18 @@ def init_from_env(device: torch.device) -> DistInfo:
     return DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
 
 
+def setup(device_name: str) -> tuple[torch.device, DistInfo]:
+    """The training device and process group: joins torchrun's group if launched by it, and gives each process
+    its own GPU (LOCAL_RANK) when training on CUDA."""
+    from layerwise.modeling.encoder import pick_device
+
+    device = pick_device(device_name)
+    info = init_from_env(device)
+    if device.type == "cuda" and info.enabled:
+        device = torch.device("cuda", info.local_rank)
+    return device, info
+
+
 def current() -> DistInfo:
     """The process group of this process (a single process when none is initialised)."""
     if not (dist.is_available() and dist.is_initialized()):

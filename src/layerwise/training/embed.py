@@ -264,16 +264,13 @@ class EmbedRun:
 def train_embed(cfg: EmbedConfig, run_dir: Path, resume: bool = False,
                 log: Callable[[str], None] = print) -> EmbedRun:
     """Train, keep the best checkpoint on STS-B dev, then evaluate untrained vs trained on STS-B test."""
-    from layerwise.modeling.encoder import SentenceEncoder, pick_device
+    from layerwise.modeling.encoder import SentenceEncoder
     from layerwise.modeling.backbone import quiet_transformers
     from layerwise.training.loop import Trainer
 
     data = load_embed_data(cfg)  # bad data fails before anything is written
     seed_everything(cfg.train.seed)
-    device = pick_device(cfg.train.device)
-    dist_info = distributed.init_from_env(device)
-    if device.type == "cuda" and dist_info.enabled:
-        device = torch.device("cuda", dist_info.local_rank)
+    device, dist_info = distributed.setup(cfg.train.device)
     with quiet_transformers():
         encoder = SentenceEncoder.from_pretrained(cfg.model, pooling=cfg.pooler, max_length=cfg.max_length,
                                                   device=str(device), **_pooler_kwargs(cfg))

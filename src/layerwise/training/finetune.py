@@ -200,15 +200,12 @@ def finetune(cfg: FinetuneConfig, run_dir: Path, resume: bool = False,
              log: Callable[[str], None] = print) -> FinetuneRun:
     """Fine-tune on cfg.task with cfg.dropout, keeping the best model on the task's main dev metric."""
     from layerwise.modeling.backbone import quiet_transformers
-    from layerwise.modeling.encoder import pick_device, position_limit
+    from layerwise.modeling.encoder import position_limit
     from layerwise.training.loop import Trainer
 
     data = load_glue_data(cfg)  # bad data fails before anything is written
     seed_everything(cfg.train.seed)
-    device = pick_device(cfg.train.device)
-    dist_info = distributed.init_from_env(device)
-    if device.type == "cuda" and dist_info.enabled:
-        device = torch.device("cuda", dist_info.local_rank)
+    device, dist_info = distributed.setup(cfg.train.device)
     model, tokenizer = load_classifier(cfg, data.task)
     max_length = min(cfg.max_length, position_limit(model.config))
     if max_length < cfg.max_length:

@@ -1,10 +1,12 @@
 """The run directory: choosing it, and refusing to clobber an existing run."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 from layerwise.errors import LayerwiseError
 from layerwise.training.checkpoint import list_checkpoints
@@ -41,3 +43,25 @@ def prepare_run_dir(output_dir: str, default_name: str, resume: bool, overwrite:
                                  "or --overwrite to replace it")
         shutil.rmtree(run_dir)
     return run_dir
+
+
+def run_training_command(args: Any, config_cls: type, default_name: Callable[[Any], str], results_file: str,
+                         train: Callable[..., Any], summary: Callable[[dict], str]) -> int:
+    """The shared flow of train-embed and finetune: config, run directory (a resumed run keeps its own
+    config.yaml, with this command's flags on top), train or report the finished run, print the summary."""
+    from layerwise.config import config_from_args
+
+    cfg = config_from_args(config_cls, args)
+    run_dir = prepare_run_dir(cfg.output_dir, default_name(cfg), args.resume, args.overwrite)
+    if args.resume and (run_dir / "config.yaml").is_file():
+        cfg = config_from_args(config_cls, args, base_file=run_dir / "config.yaml")
+    if args.resume and (run_dir / results_file).exists():
+        results = json.loads((run_dir / results_file).read_text(encoding="utf-8"))
+        print(f"{run_dir} is already finished")
+    else:
+        results = train(cfg, run_dir, resume=args.resume).results
+        if not results:  # a non-main process of a distributed run: the main one reports
+            return 0
+    print(summary(results))
+    print(f"run directory: {run_dir} (best model: {run_dir / 'best'})")
+    return 0
