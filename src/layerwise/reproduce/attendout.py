@@ -10,14 +10,13 @@ strategy, lowest finished seed) and drop-heatmap-<task>.png (the learned per-lay
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from layerwise.config import build_config, non_negative, positive
 from layerwise.errors import ConfigError, LayerwiseError
-from layerwise.reproduce.plan import RunSpec, dedupe, is_finished, shard
+from layerwise.reproduce.plan import RunSpec, dedupe, is_finished, read_results, shard
 from layerwise.reproduce.tables import fmt_cell, fmt_p, markdown, mean_std, paired_test
 from layerwise.config import default_data_dir
 from layerwise.training.finetune import FinetuneConfig
@@ -118,9 +117,7 @@ class AttendoutGrid:
         return shard(dedupe(specs), self.shard)
 
     def results(self, spec: RunSpec) -> dict | None:
-        if not is_finished(spec, self.out):
-            return None
-        return json.loads((spec.run_dir(self.out) / "results.json").read_text(encoding="utf-8"))
+        return read_results(spec, self.out)
 
     # ------------------------------------------------------------------------------------ run, post
     def train(self, spec: RunSpec, run_dir: Path, resume: bool) -> None:

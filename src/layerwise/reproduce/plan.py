@@ -12,6 +12,8 @@ output directory keeps the keys.
 """
 from __future__ import annotations
 
+import json
+
 import copy
 import math
 import re
@@ -83,6 +85,13 @@ def results_path(spec: RunSpec, out: Path) -> Path:
 
 def is_finished(spec: RunSpec, out: Path) -> bool:
     return spec.config is not None and results_path(spec, out).is_file()
+
+
+def read_results(spec: RunSpec, out: Path) -> dict | None:
+    """A finished run's results (eval.json or results.json), or None while it is unfinished."""
+    if not is_finished(spec, out):
+        return None
+    return json.loads(results_path(spec, out).read_text(encoding="utf-8"))
 
 
 def checkpoint_step(run_dir: Path) -> int | None:

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from layerwise.config import build_config, non_negative, positive
 from layerwise.errors import ConfigError, LayerwiseError
-from layerwise.reproduce.plan import RunSpec, dedupe, is_finished, shard, slug
+from layerwise.reproduce.plan import RunSpec, dedupe, read_results, shard, slug
 from layerwise.reproduce.tables import fmt_cell, markdown, mean_std
 from layerwise.config import default_data_dir
 from layerwise.training.embed import EmbedConfig
@@ -177,9 +177,7 @@ class PoolingGrid:
         return best.meta["pooler_lr"], scores
 
     def results(self, spec: RunSpec) -> dict | None:
-        if not is_finished(spec, self.out):
-            return None
-        return json.loads((spec.run_dir(self.out) / "eval.json").read_text(encoding="utf-8"))
+        return read_results(spec, self.out)
 
     # ------------------------------------------------------------------------------------ run, post
     def train(self, spec: RunSpec, run_dir: Path, resume: bool) -> None:
