@@ -208,7 +208,9 @@ def resolve_model(name: str) -> str:
 
 # ------------------------------------------------------------------------------------------------- output
 def emit(result: dict[str, Any], out=None) -> None:
-    """Print the machine-readable result line."""
+    """Print the machine-readable result line, with the environment and the command that produced it."""
+    result.setdefault("env", environment())
+    result.setdefault("command", command_line())
     print(RESULT_PREFIX + json.dumps(result, default=float), file=out or sys.stdout, flush=True)
 
 

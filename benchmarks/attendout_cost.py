@@ -118,8 +118,6 @@ def main(argv=None) -> dict:
     print(f"prediction, saved models ({len(predict_texts)} sentences): attendout / standard = {pratio:.3f} "
           f"(medians {C.median(ptimes['attendout']):.2f} s / {C.median(ptimes['standard']):.2f} s); "
           f"same parameters and config keys: {same_structure}")
-    result["env"] = C.environment()
-    result["command"] = C.command_line()
     C.emit(result)
     return result
 

@@ -165,8 +165,6 @@ def main(argv=None) -> dict:
                     **({"speedup_vs_st": cbase / C.median(ctimes[n])} if cbase else {})} for n in corpus_names}}
             print(C.table([[n, v["sentences_per_s"], v.get("speedup_vs_st", float("nan"))]
                            for n, v in result["corpus"]["paths"].items()], ["path", "sent/s", "x ST"]))
-    result["env"] = C.environment()
-    result["command"] = C.command_line()
     C.emit(result)
     return result
 

@@ -100,8 +100,6 @@ def main(argv=None) -> dict:
                      " ".join(f"{100 * (r - 1):+.1f}" for r in ratios), f"{100 * share:.2f}%", memory[name]])
     print(C.table(rows, ["pooler/mode", "s per pass (median)", "vs avg_last (median)", "per round (%)",
                          "pooler alone, % of avg_last encode", "peak RSS growth (MiB)"]))
-    result["env"] = C.environment()
-    result["command"] = C.command_line()
     C.emit(result)
     return result
 

@@ -104,8 +104,6 @@ def main(argv=None) -> dict:
     if args.plot:
         plot(result, Path(args.plot))
         result["plot"] = args.plot
-    result["env"] = C.environment()
-    result["command"] = C.command_line()
     C.emit(result)
     return result
 

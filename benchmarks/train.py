@@ -153,8 +153,6 @@ def main(argv=None) -> dict:
     print(C.table(rows, ["trainer", "triplets/s (median)", "each round", "STS-B dev Spearman after training"]))
     print(f"layerwise / sentence-transformers: {ratio:.2f}x (per round: "
           f"{', '.join(f'{r:.2f}' for r in result['speedup_each_round'])})")
-    result["env"] = C.environment()
-    result["command"] = C.command_line()
     C.emit(result)
     return result
 
