@@ -11,7 +11,7 @@ import warnings
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 from layerwise.errors import DataError
 
@@ -134,19 +134,26 @@ def _delimited_rows(path: Path, columns: Sequence[str], delimiter: str) -> list[
     return rows
 
 
-def _jsonl_rows(path: Path, columns: Sequence[str]) -> list[tuple[str, ...]]:
-    rows = []
-    for number, line in iter_lines(path):
+def jsonl_objects(path: Path, numbered_lines: Iterable[tuple[int, str]],
+                  keys: Sequence[str]) -> list[tuple[int, dict]]:
+    """(line number, object) for every non-blank JSON line; each must be an object holding `keys`."""
+    objects = []
+    for number, line in numbered_lines:
         if not line.strip():
             continue
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
             raise DataError(path, f"not valid JSON ({exc.msg})", line=number) from None
-        if not isinstance(record, dict) or any(c not in record for c in columns):
-            raise DataError(path, f"expected an object with keys {', '.join(columns)}", line=number)
-        rows.append(_checked(path, number, columns, [record[c] for c in columns]))
-    return rows
+        if not isinstance(record, dict) or any(k not in record for k in keys):
+            raise DataError(path, f"expected an object with keys {', '.join(keys)}", line=number)
+        objects.append((number, record))
+    return objects
+
+
+def _jsonl_rows(path: Path, columns: Sequence[str]) -> list[tuple[str, ...]]:
+    return [_checked(path, number, columns, [record[c] for c in columns])
+            for number, record in jsonl_objects(path, iter_lines(path), columns)]
 
 
 def _checked(path: Path, line: int, columns: Sequence[str], values: list) -> tuple[str, ...]:

@@ -13,12 +13,12 @@ equal scores rank the smaller id first; queries x corpus is computed chunk by ch
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from layerwise.data.readers import jsonl_objects
 from layerwise.data.sts import read_lines, read_stsb
 from layerwise.errors import DataError
 from layerwise.evaluation.metrics import l2_normalize, retrieval_scores
@@ -141,18 +141,7 @@ def evaluate_retrieval(encoder, data: RetrievalSet, batch_size: int = 64, k: int
 
 def _read_jsonl(path: Path, fields: tuple[str, ...]) -> list[tuple[int, dict]]:
     """(line number, object) of every non-empty line; each object must have the given fields."""
-    out = []
-    for number, line in enumerate(read_lines(path), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(path, f"expected a JSON object: {exc.msg}", line=number) from None
-        if not isinstance(obj, dict) or any(f not in obj for f in fields):
-            raise DataError(path, f"expected a JSON object with field(s) {', '.join(fields)}", line=number)
-        out.append((number, obj))
-    return out
+    return jsonl_objects(path, enumerate(read_lines(path), start=1), fields)
 
 
 def read_beir(folder: Path, split: str = "test") -> RetrievalSet:
