@@ -64,3 +64,12 @@ def test_real_snli_dev_and_test_give_the_documented_count(real_data):
     triplets = read_snli_triplets(real_data / "senteval" / "SNLI")
     assert len(triplets) == 6339  # one per entailment hypothesis whose premise also has a contradiction
     assert all(t.anchor and t.positive and t.negative for t in triplets)
+
+
+def test_stsb_with_a_bad_byte_names_file_and_line(tmp_path):
+    from layerwise.data.sts import read_stsb
+
+    path = tmp_path / "sts-test.csv"
+    path.write_bytes(b"g\tf\t2012\t1\t2.0\tfine\tok\ng\tf\t2012\t2\t3.0\tcaf\xe9\tx\n")
+    with pytest.raises(DataError, match=r"sts-test.csv:2: not valid UTF-8 \(byte 0xe9\)"):
+        read_stsb(path)

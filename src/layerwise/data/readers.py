@@ -30,15 +30,19 @@ def read_text(path: str | Path) -> str:
     path = Path(path)
     if not path.is_file():
         raise DataError(path, "file not found")
-    raw = path.read_bytes()
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise DataError(path, f"not valid UTF-8 (byte 0x{raw[exc.start]:02x})", line=line) from None
+    text = decode_utf8(path, path.read_bytes())
     if not text.strip():
         raise DataError(path, "file is empty")
     return text
+
+
+def decode_utf8(path: Path, raw: bytes) -> str:
+    """UTF-8 text with the BOM removed; DataError naming the line of the first bad byte."""
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise DataError(path, f"not valid UTF-8 (byte 0x{raw[exc.start]:02x})", line=line) from None
 
 
 def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from layerwise.data.readers import decode_utf8
 from layerwise.errors import DataError
 
 STSB_SPLITS = ("train", "dev", "test")
@@ -55,9 +56,7 @@ def read_lines(path: Path) -> list[str]:
     path = Path(path)
     if not path.is_file():
         raise DataError(path, "file not found")
-    with open(path, encoding="utf-8-sig", newline="") as handle:
-        text = handle.read()
-    lines = text.split("\n")
+    lines = decode_utf8(path, path.read_bytes()).split("\n")
     if lines and lines[-1] == "":
         lines.pop()
     return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
