@@ -42,3 +42,27 @@ def worker(rank: int, world: int, init_file: str, out_dir: str, args: tuple) -> 
         torch.save({"loss": loss, "grads": grads}, Path(out_dir) / f"rank{rank}.pt")
     finally:
         dist.destroy_process_group()
+
+
+def reproduce_failing_on_rank1(argv: list[str]) -> int:
+    """`layerwise <argv[1:]>` with the pooling grid's training raising on rank 1 only, after the run's training
+    (its collectives done), for the runs whose directory name contains argv[0]."""
+    from layerwise.cli import main
+    from layerwise.reproduce.pooling import PoolingGrid
+
+    marker, *rest = argv
+    train = PoolingGrid.train
+
+    def failing(self, spec, run_dir: Path, resume: bool) -> None:
+        train(self, spec, run_dir, resume)
+        if dist.get_rank() == 1 and marker in run_dir.name:
+            raise RuntimeError("injected failure on rank 1")
+
+    PoolingGrid.train = failing
+    return main(rest)
+
+
+if __name__ == "__main__":  # torchrun tests/dist_worker.py MARKER reproduce pooling ...
+    import sys
+
+    sys.exit(reproduce_failing_on_rank1(sys.argv[1:]))

@@ -353,7 +353,10 @@ def test_finetune_accepts_bom_crlf_and_blank_lines(ctx: Ctx, capsys):
      "missing.txt: file not found"),
 ], ids=["train-embed", "evaluate-sts", "encode"])
 def test_subprocess_prints_one_line_and_exits_2(argv, expect, ctx: Ctx):
-    proc = subprocess.run(python_cli(*ctx.fmt(argv)), capture_output=True, text=True, cwd=REPO, timeout=300)
+    command = python_cli(*ctx.fmt(argv))
+    if argv[0] == "encode":  # `python -m layerwise` (the package's __main__) behaves as `-m layerwise.cli`
+        command[command.index("layerwise.cli")] = "layerwise"
+    proc = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=300)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     errors = error_lines(proc.stderr)

@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import os
+import warnings
+from importlib import import_module
 from typing import Any
 
 from layerwise.config import build_config, read_config_file
@@ -79,26 +82,84 @@ def _options(cls: type, args: argparse.Namespace, sections: tuple[str, ...], nam
     return opts, grouped
 
 
-def _go(grid, args) -> int:
-    from layerwise.reproduce.runner import dry_run, run_grid, summarize
+def _launched() -> tuple[int, int]:
+    """(rank, world size) as torchrun / accelerate launch set them; (0, 1) in a plain process."""
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
 
-    if args.dry_run:
+
+def _refuse(message: str, rank: int) -> int:
+    """A bad option under a launcher: rank 0 raises the one-line error, the others exit 2 quietly."""
+    from layerwise.errors import ConfigError
+
+    if rank:
+        return 2
+    raise ConfigError(message)
+
+
+def _go(grid, args) -> int:
+    from layerwise.reproduce.runner import batch_problem
+
+    rank, world = _launched()
+    if world > 1 and grid.shard:
+        return _refuse(f"--shard {grid.shard} and torchrun/accelerate launch ({world} processes) cannot be "
+                       "combined: either one process per GPU with --shard K/N, or one launcher over all GPUs "
+                       "without --shard", rank)
+    if args.dry_run or args.report:
+        return _look(grid, args.dry_run) if rank == 0 else 0  # under a launcher rank 0 alone lists or reports
+    problem = _device_problem(str(grid.opts.device)) or (batch_problem(grid.plan(), world) if world > 1 else "")
+    if problem:
+        return _refuse(problem, rank)
+    return _train(grid, rank, world)
+
+
+def _look(grid, dry: bool) -> int:
+    """--dry-run (the plan and its estimate) or --report (the tables from the finished runs)."""
+    from layerwise.reproduce.runner import dry_run
+
+    if dry:
         dry_run(grid)
         return 0
-    if args.report:
-        for path in grid.report():
-            print(f"[reproduce] wrote {path}")
-        return 0
-    if str(grid.opts.device).startswith("cuda"):
+    for path in grid.report():
+        print(f"[reproduce] wrote {path}")
+    return 0
+
+
+def _device_problem(device: str) -> str:
+    if device.startswith("cuda"):
         import torch
 
         if not torch.cuda.is_available():
-            from layerwise.errors import ConfigError
+            return (f"--device {device}: CUDA is not available here (use --device cpu, or --dry-run to see the "
+                    "plan and its estimate)")
+    return ""
 
-            raise ConfigError(f"--device {grid.opts.device}: CUDA is not available here (use --device cpu, or "
-                              "--dry-run to see the plan and its estimate)")
+
+def _train(grid, rank: int, world: int) -> int:
+    """Run the grid (every process of a launcher together), then the report and summary on rank 0."""
+    from layerwise.reproduce.runner import agree, run_grid, summarize
+
+    if world > 1:
+        _join(grid.opts.device)
+        if rank:
+            warnings.simplefilter("ignore")  # rank 0 prints the same warnings once
     outcome = run_grid(grid)
-    return summarize(outcome, grid.out, grid.report())
+    code = agree(summarize(outcome, grid.out, grid.report()) if rank == 0 else 0)  # the others wait for the report
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+    return code
+
+
+def _join(device_name: str) -> None:
+    """Join the launcher's process group before the first run (each process on its own GPU under CUDA)."""
+    import torch
+
+    from layerwise.training import distributed
+
+    device, _ = distributed.setup(device_name)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
 
 
 COMMON_NAMES = ("model", "data_dir", "output_dir", "seeds", "max_steps", "subset", "device", "shard")
@@ -113,7 +174,7 @@ def run_pooling(args) -> int:
 
 
 def run_attendout(args) -> int:
-    import layerwise.training.finetune  # noqa: F401 - fills the dropout-strategy registry
+    import_module("layerwise.training.finetune")  # fills the dropout-strategy registry
     from layerwise.reproduce.attendout import AttendoutGrid, AttendoutOptions
 
     opts, sections = _options(AttendoutOptions, args, ("finetune", "per_strategy", "per_task"),

@@ -4,23 +4,36 @@ A grid is described by a `Grid`: `plan()` (the RunSpecs as the finished runs now
 run_dir, resume)` (one run), `post(spec, run_dir)` (work after training that needs no retraining: extra
 evaluations, a pattern export; it also runs for a finished run that lacks its outputs), `sentences(cfg)` and
 `examples(cfg)` for the time estimate, and `report()` (tables and figures from the finished runs).
+
+Under torchrun / accelerate launch (a process group of N > 1 processes) every run is trained by all N processes
+together. Rank 0 alone plans, decides what is finished and whether a run resumes, clears leftovers, runs `post`,
+writes failures.jsonl and logs; it broadcasts each next run to the others, so no rank depends on what its own view
+of the file system shows. `train.batch_size` stays the grid's global batch (the key hashes it): each process
+trains with batch_size / N, as train-embed and finetune take it per process.
 """
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 import sys
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
+from layerwise.errors import ConfigError
 from layerwise.reproduce.plan import (
     RunSpec, checkpoint_step, estimate_seconds, fmt_seconds, is_finished, measured_rates, status, total_steps,
 )
+from layerwise.training import distributed
 
 FAILURES = "failures.jsonl"
+# Rank 0 alone evaluates, post-processes and plans while the others wait on the runner's group: allow it hours. A
+# rank that dies ends the whole job (torchrun stops the others), so this long wait never hides a crash.
+COORDINATION_TIMEOUT = timedelta(hours=24)
 
 
 class Grid(Protocol):
@@ -45,56 +58,139 @@ class Outcome:
     blocked: list[str] = field(default_factory=list)
 
 
+@dataclass
+class Step:
+    """The next run as rank 0 decided it; every rank trains it."""
+
+    key: str
+    spec: RunSpec
+    run_dir: Path
+    resume: bool
+
+    def portable(self) -> Step:
+        """A copy that pickles for the broadcast (a hash_patch may be a closure); `key` keeps the hash it made."""
+        return replace(self, spec=replace(self.spec, hash_patch=None))
+
+
 def finished_keys(specs: list[RunSpec], out: Path) -> set[str]:
     return {s.key for s in specs if is_finished(s, out)}
 
 
-def record_failure(out: Path, spec: RunSpec, exc: BaseException) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    line = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "key": spec.key, "error": f"{type(exc).__name__}: {exc}",
+def failure_line(key: str, exc: BaseException) -> dict[str, Any]:
+    """One failures.jsonl record: time, key, error and the innermost source line."""
+    return {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "key": key, "error": f"{type(exc).__name__}: {exc}",
             "where": traceback.format_exception(exc)[-2].strip().splitlines()[0] if exc.__traceback__ else ""}
+
+
+def write_failure(out: Path, line: dict[str, Any]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
     with open(out / FAILURES, "a", encoding="utf-8") as handle:
         handle.write(json.dumps(line) + "\n")
 
 
+def record_failure(out: Path, spec: RunSpec, exc: BaseException) -> None:
+    write_failure(out, failure_line(spec.key, exc))
+
+
+def per_process(spec: RunSpec, world: int) -> RunSpec:
+    """The spec each of `world` processes trains: the grid's global train.batch_size split evenly."""
+    if world <= 1:
+        return spec
+    config = copy.deepcopy(spec.config)
+    if config.train.batch_size % world:
+        raise ConfigError(f"train.batch_size {config.train.batch_size} (the global batch) does not divide by the "
+                          f"{world} processes")
+    config.train.batch_size //= world
+    return replace(spec, config=config)
+
+
+def batch_problem(specs: list[RunSpec], world: int) -> str:
+    """Why the runs cannot be split over `world` processes ('' when they can)."""
+    sizes = {c.train.batch_size for c in (s.config or s.cost_config for s in specs) if c is not None}
+    bad = sorted(size for size in sizes if size % world)
+    return (f"train.batch_size {', '.join(map(str, bad))}: the global batch must divide by the {world} processes "
+            f"(each trains batch_size / {world})") if bad else ""
+
+
 def run_grid(grid: Grid, log: Callable[[str], None] = print) -> Outcome:
-    """Run every ready, unfinished run in plan order until none is left; failures are recorded, not raised."""
+    """Run every ready, unfinished run in plan order until none is left; failures are recorded, not raised.
+
+    In a process group every rank must call it: rank 0 decides each next run and broadcasts it, all ranks train
+    it, and the runs' outcomes are gathered after each run (the barrier between runs); a run failed when it
+    failed on any rank. Every rank returns rank 0's Outcome."""
+    info = distributed.current()
+    log = log if info.is_main else _quiet
     outcome = Outcome()
     attempted: set[str] = set()
     while True:
+        step = _next_step(grid, outcome, attempted, log) if info.is_main else None
+        received = _broadcast(step.portable() if step and info.enabled else step, info)
+        step = step if info.is_main else received
+        if step is None:
+            break
+        _run_step(grid, step, outcome, info, log)
+    if info.is_main:
         specs = grid.plan()
         finished = finished_keys(specs, grid.out)
-        for spec in specs:  # post-training work missing from a finished run (e.g. an older version's run)
-            if spec.key in finished and spec.key not in attempted:
-                attempted.add(spec.key)
-                outcome.skipped.append(spec.key)
-                if grid.needs_post(spec, spec.run_dir(grid.out)):
-                    _safely(grid, spec, outcome, lambda s=spec: grid.post(s, s.run_dir(grid.out)), log)
-        todo = [s for s in specs if not s.pending and s.key not in finished and s.key not in attempted
-                and all(k in finished for k in s.after)]
-        if not todo:
-            break
-        spec = todo[0]
-        attempted.add(spec.key)
-        run_dir = spec.run_dir(grid.out)
-        resume = checkpoint_step(run_dir) is not None
-        if run_dir.exists() and not resume:
-            shutil.rmtree(run_dir)  # a run that stopped before its first checkpoint starts over
-        log(f"[reproduce] {'resuming' if resume else 'running'} {spec.key}")
-        start = time.perf_counter()
+        outcome.blocked = [s.key if not s.pending else f"{s.name}-seed{s.seed}" for s in specs
+                           if s.key not in finished and s.key not in outcome.failed]
+    return _broadcast(outcome, info)
 
-        def work(spec=spec, run_dir=run_dir, resume=resume) -> None:
-            grid.train(spec, run_dir, resume)
-            grid.post(spec, run_dir)
 
-        if _safely(grid, spec, outcome, work, log):
-            (outcome.resumed if resume else outcome.trained).append(spec.key)
-            log(f"[reproduce] finished {spec.key} in {fmt_seconds(time.perf_counter() - start)}")
+def _next_step(grid: Grid, outcome: Outcome, attempted: set[str], log: Callable[[str], None]) -> Step | None:
+    """Rank 0: post-training work missing from finished runs, then the next ready, unfinished run (a leftover
+    directory without a checkpoint cleared); None when no run is left."""
     specs = grid.plan()
     finished = finished_keys(specs, grid.out)
-    outcome.blocked = [s.key if not s.pending else f"{s.name}-seed{s.seed}" for s in specs
-                       if s.key not in finished and s.key not in outcome.failed]
-    return outcome
+    for spec in specs:  # post-training work missing from a finished run (e.g. an older version's run)
+        if spec.key in finished and spec.key not in attempted:
+            attempted.add(spec.key)
+            outcome.skipped.append(spec.key)
+            if grid.needs_post(spec, spec.run_dir(grid.out)):
+                _safely(grid, spec, outcome, lambda s=spec: grid.post(s, s.run_dir(grid.out)), log)
+    todo = [s for s in specs if not s.pending and s.key not in finished and s.key not in attempted
+            and all(k in finished for k in s.after)]
+    if not todo:
+        return None
+    spec = todo[0]
+    attempted.add(spec.key)
+    run_dir = spec.run_dir(grid.out)
+    resume = checkpoint_step(run_dir) is not None
+    if run_dir.exists() and not resume:
+        shutil.rmtree(run_dir)  # a run that stopped before its first checkpoint starts over
+    return Step(spec.key, spec, run_dir, resume)
+
+
+def _run_step(grid: Grid, step: Step, outcome: Outcome, info: distributed.DistInfo,
+              log: Callable[[str], None]) -> None:
+    """Train one run on every rank (post on rank 0), then decide together whether it succeeded."""
+    log(f"[reproduce] {'resuming' if step.resume else 'running'} {step.key}")
+    start = time.perf_counter()
+    failures = [(rank, line) for rank, line in enumerate(_gather(_attempt(grid, step, info), info)) if line]
+    if not failures:
+        (outcome.resumed if step.resume else outcome.trained).append(step.key)
+        log(f"[reproduce] finished {step.key} in {fmt_seconds(time.perf_counter() - start)}")
+        return
+    outcome.failed.append(step.key)
+    rank, line = failures[0]
+    if info.enabled:
+        line = {**line, "rank": rank}
+    if info.is_main:
+        write_failure(grid.out, line)
+    log(f"[reproduce] FAILED {step.key}: {line['error']}" + (f" (rank {rank})" if info.enabled else ""))
+
+
+def _attempt(grid: Grid, step: Step, info: distributed.DistInfo) -> dict[str, Any] | None:
+    """This rank's part of one run; its failure record, or None."""
+    try:
+        grid.train(per_process(step.spec, info.world_size), step.run_dir, step.resume)
+        if info.is_main:
+            grid.post(step.spec, step.run_dir)
+        return None
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # noqa: BLE001 - one failed run must not stop the grid
+        return failure_line(step.key, exc)
 
 
 def _safely(grid: Grid, spec: RunSpec, outcome: Outcome, work: Callable[[], None], log) -> bool:
@@ -108,6 +204,52 @@ def _safely(grid: Grid, spec: RunSpec, outcome: Outcome, work: Callable[[], None
         outcome.failed.append(spec.key)
         log(f"[reproduce] FAILED {spec.key}: {type(exc).__name__}: {exc}")
         return False
+
+
+# ------------------------------------------------------------------------------------- process group
+_GROUP: tuple[Any, Any] | None = None  # (the world group it belongs to, the runner's gloo group)
+
+
+def _group():
+    """A gloo group of the runner's own for its small messages: CPU objects under nccl too, never interleaved
+    with the trainers' collectives, with a timeout that outlasts rank 0's evaluations."""
+    import torch.distributed as dist
+
+    global _GROUP
+    if _GROUP is None or _GROUP[0] is not dist.group.WORLD:
+        _GROUP = (dist.group.WORLD, dist.new_group(backend="gloo", timeout=COORDINATION_TIMEOUT))
+    return _GROUP[1]
+
+
+def _broadcast(obj: Any, info: distributed.DistInfo) -> Any:
+    """Rank 0's `obj` on every rank (rank 0 gets its own object back)."""
+    if not info.enabled:
+        return obj
+    import torch.distributed as dist
+
+    box = [obj if info.is_main else None]
+    dist.broadcast_object_list(box, src=0, group=_group())
+    return obj if info.is_main else box[0]
+
+
+def _gather(obj: Any, info: distributed.DistInfo) -> list[Any]:
+    """Every rank's `obj`, in rank order, on every rank."""
+    if not info.enabled:
+        return [obj]
+    import torch.distributed as dist
+
+    box: list[Any] = [None] * info.world_size
+    dist.all_gather_object(box, obj, group=_group())
+    return box
+
+
+def agree(code: int) -> int:
+    """Rank 0's exit code on every rank, once rank 0 is done (a no-op in one process)."""
+    return _broadcast(code, distributed.current())
+
+
+def _quiet(*_: Any) -> None:
+    pass
 
 
 def dry_run(grid: Grid, log: Callable[[str], None] = print) -> list[dict[str, Any]]:
