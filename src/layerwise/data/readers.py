@@ -25,13 +25,14 @@ class Triplet:
     negative: str
 
 
-def read_text(path: str | Path) -> str:
-    """Whole file as text (UTF-8, BOM removed); DataError for a missing, empty or non-UTF-8 file."""
+def read_text(path: str | Path, allow_empty: bool = False) -> str:
+    """Whole file as text (UTF-8, BOM removed); DataError for a missing or non-UTF-8 file, and for an empty one
+    unless `allow_empty`."""
     path = Path(path)
     if not path.is_file():
         raise DataError(path, "file not found")
     text = decode_utf8(path, path.read_bytes())
-    if not text.strip():
+    if not allow_empty and not text.strip():
         raise DataError(path, "file is empty")
     return text
 
@@ -45,10 +46,17 @@ def decode_utf8(path: Path, raw: bytes) -> str:
         raise DataError(path, f"not valid UTF-8 (byte 0x{raw[exc.start]:02x})", line=line) from None
 
 
+def text_lines(path: str | Path, allow_empty: bool = False) -> list[str]:
+    """Lines without their endings (LF or CRLF); a final newline adds no empty line. Errors as `read_text`."""
+    lines = read_text(path, allow_empty).split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
 def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
     """(line number, line) pairs without line endings (LF or CRLF)."""
-    for number, line in enumerate(read_text(path).split("\n"), start=1):
-        yield number, line.rstrip("\r")
+    yield from enumerate(text_lines(path), start=1)
 
 
 def read_lines(path: str | Path, drop_unterminated_last: bool = False) -> list[str]:

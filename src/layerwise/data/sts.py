@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from layerwise.data.readers import decode_utf8
+from layerwise.data.readers import text_lines
 from layerwise.errors import DataError
 
 STSB_SPLITS = ("train", "dev", "test")
@@ -52,14 +52,8 @@ def parse_score(text: str, path: Path, line: int) -> float:
 
 
 def read_lines(path: Path) -> list[str]:
-    """Read a UTF-8 text file as lines without their line endings (LF or CRLF), BOM dropped."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(path, "file not found")
-    lines = decode_utf8(path, path.read_bytes()).split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
+    """An STS file's lines without their endings (an empty file gives no lines; the caller reports it)."""
+    return text_lines(path, allow_empty=True)
 
 
 def read_stsb(path: Path) -> StsPairs:
