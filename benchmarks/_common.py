@@ -6,6 +6,7 @@ with one line `RESULT_JSON: {...}` (machine-readable; the smoke test parses it).
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -22,6 +23,16 @@ RESULT_PREFIX = "RESULT_JSON: "
 
 
 # --------------------------------------------------------------------------------------------- environment
+def parser(doc: str, repeats: int) -> argparse.ArgumentParser:
+    """The options every benchmark shares: --model, --data-dir, --threads, --repeats (the script's default)."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--model", default="all-MiniLM-L6-v2")
+    p.add_argument("--data-dir", help="the shared data folder (default: $LAYERWISE_DATA, else ../shared/data)")
+    p.add_argument("--threads", type=int, default=0, help="torch (and onnxruntime) threads; 0: torch's default")
+    p.add_argument("--repeats", type=int, default=repeats, help="interleaved rounds; the median counts")
+    return p
+
+
 def set_threads(threads: int | None) -> int:
     """Use `threads` intra-op threads in torch (0/None: keep torch's default); returns the number in use."""
     import torch

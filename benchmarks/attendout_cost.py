@@ -7,7 +7,6 @@ save_pretrained, reloaded), interleaved.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from pathlib import Path
@@ -19,15 +18,11 @@ STRATEGIES = ("standard", "attendout", "none")
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="all-MiniLM-L6-v2")
-    p.add_argument("--data-dir")
+    p = C.parser(__doc__, repeats=3)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--max-length", type=int, default=128)
     p.add_argument("--steps", type=int, default=3, help="training steps per timed round and side")
-    p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--predict-sentences", type=int, default=256)
-    p.add_argument("--threads", type=int, default=0)
     return p.parse_args(argv)
 
 

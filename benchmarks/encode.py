@@ -8,7 +8,6 @@ and the fraction of this CPU's fp32 matmul peak (measured in the same run) each 
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from pathlib import Path
@@ -29,17 +28,13 @@ DESCRIPTION = {
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="all-MiniLM-L6-v2")
-    p.add_argument("--data-dir")
+    p = C.parser(__doc__, repeats=3)
     p.add_argument("--split", default="test", help="STS-B split whose sentences are encoded and scored")
     p.add_argument("--sentences", type=int, default=0, help="cap on STS-B pairs (0: all)")
     p.add_argument("--corpus", type=int, default=50000,
                    help="also time a corpus of this many sentences (STS-B repeated and shuffled; 0: skip)")
     p.add_argument("--corpus-paths", default="st,fp32,onnx-int8-pc", help="paths timed on the corpus")
     p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--threads", type=int, default=0, help="torch and onnxruntime threads (0: torch's default)")
-    p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--paths", default=",".join(PATHS), help=f"comma list from {', '.join(PATHS)}")
     p.add_argument("--work-dir", help="where the ONNX export goes (default: a temporary directory)")
     p.add_argument("--matmul-size", type=int, default=2048)

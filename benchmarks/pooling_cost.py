@@ -10,7 +10,6 @@ Peak memory: anonymous-RSS growth during each side's encode (same process: indic
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -23,13 +22,9 @@ SIDES = (("avg_last", "full"), ("layer_att_cls", "full"), ("layer_att_res", "ful
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="all-MiniLM-L6-v2")
-    p.add_argument("--data-dir")
+    p = C.parser(__doc__, repeats=5)
     p.add_argument("--sentences", type=int, default=0, help="cap on STS-B test pairs (0: all)")
     p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--threads", type=int, default=0)
-    p.add_argument("--repeats", type=int, default=5)
     return p.parse_args(argv)
 
 

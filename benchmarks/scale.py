@@ -21,13 +21,9 @@ import _common as C  # noqa: E402
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="all-MiniLM-L6-v2")
-    p.add_argument("--data-dir")
+    p = C.parser(__doc__, repeats=1)
     p.add_argument("--sizes", default="1000,10000,100000", help="comma list of corpus sizes")
     p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--threads", type=int, default=0)
-    p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--plot", help="write a log-log PNG here")
     p.add_argument("--child", type=int, help=argparse.SUPPRESS)  # internal: run one size and print JSON
     p.add_argument("--out", help=argparse.SUPPRESS)
@@ -47,13 +43,23 @@ def child(args) -> None:
     encoder = layerwise.load(args.model)
     encoder.encode(text[:8])  # warm up
     out = Path(args.out)
+    after_chunk: list[float] = []  # heap growth once each streamed chunk is written (the steady level)
+    encode_chunk = encoder.encode
+
+    def encode_and_record(chunk, **kwargs):
+        embeddings = encode_chunk(chunk, **kwargs)
+        after_chunk.append(C.anon_rss_mb() - peak.base_mb)
+        return embeddings
+
+    encoder.encode = encode_and_record
     start = time.perf_counter()
     with C.PeakMemory() as peak:
         write_embeddings(encoder, text, out, args.batch_size, False)
     seconds = time.perf_counter() - start
     shape = np.load(out, mmap_mode="r").shape
     print(json.dumps({"sentences": args.child, "seconds": seconds, "peak_anon_rss_growth_mb": peak.peak_mb,
-                      "anon_rss_before_mb": peak.base_mb, "shape": list(shape)}))
+                      "after_chunk_growth_mb": after_chunk, "anon_rss_before_mb": peak.base_mb,
+                      "shape": list(shape)}))
 
 
 def loglog_slope(xs, ys) -> float:
@@ -90,14 +96,18 @@ def main(argv=None) -> dict:
     for n in sizes:
         t = C.median([r["seconds"] for r in runs[n]])
         mem = max(r["peak_anon_rss_growth_mb"] for r in runs[n])
+        steady = [v for r in runs[n] for v in r["after_chunk_growth_mb"]]
         result["sizes"][n] = {"seconds": t, "sentences_per_s": n / t, "peak_anon_rss_growth_mb": mem,
+                              "after_chunk_growth_mb": [min(steady), max(steady)], "chunks": len(steady),
                               "output_mb": n * runs[n][0]["shape"][1] * 4 / 2 ** 20, "runs": runs[n]}
-        rows.append([n, t, n / t, mem, result["sizes"][n]["output_mb"]])
+        rows.append([n, t, n / t, mem, f"{min(steady):.0f}-{max(steady):.0f} ({len(steady)})",
+                     result["sizes"][n]["output_mb"]])
     if len(sizes) > 1:
         result["time_loglog_slope"] = loglog_slope(sizes, [result["sizes"][n]["seconds"] for n in sizes])
         result["memory_loglog_slope"] = loglog_slope(
             sizes, [max(result["sizes"][n]["peak_anon_rss_growth_mb"], 1e-3) for n in sizes])
-    print(C.table(rows, ["sentences", "seconds", "sent/s", "peak RSS growth (MiB)", "output .npy (MiB)"]))
+    print(C.table(rows, ["sentences", "seconds", "sent/s", "peak RSS growth (MiB)",
+                         "growth after each chunk, min-max (chunks)", "output .npy (MiB)"]))
     if "time_loglog_slope" in result:
         print(f"log-log slope: time {result['time_loglog_slope']:.2f} (1 = linear), "
               f"memory {result['memory_loglog_slope']:.2f} (0 = bounded)")
@@ -124,8 +134,10 @@ def plot(result: dict, path: Path) -> None:
     a.set(xlabel="sentences", ylabel="encode time (s)", title="time")
     a.legend()
     b.loglog(sizes, mem, "o-", label="peak heap growth")
+    b.loglog(sizes, [result["sizes"][n]["after_chunk_growth_mb"][1] for n in sizes], "s-",
+             label="heap growth after a chunk (max)")
     b.loglog(sizes, out_mb, "--", color="gray", label="size of the output .npy")
-    b.set(xlabel="sentences", ylabel="MiB", title="memory (shared machine)")
+    b.set(xlabel="sentences", ylabel="MiB", title="memory")
     b.legend()
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

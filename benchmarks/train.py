@@ -9,7 +9,6 @@ first steps excluded on both sides). After the last repeat each side's model is 
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 import time
@@ -20,17 +19,13 @@ import _common as C  # noqa: E402
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="all-MiniLM-L6-v2")
-    p.add_argument("--data-dir")
+    p = C.parser(__doc__, repeats=2)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--skip", type=int, default=2, help="steps excluded from the throughput (warm-up)")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--max-length", type=int, default=64)
     p.add_argument("--lr", type=float, default=2e-5)
     p.add_argument("--length-chunks", type=int, default=4, help="layerwise's length_chunks (1: one padded forward)")
-    p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--threads", type=int, default=0)
     p.add_argument("--dev-pairs", type=int, default=0, help="STS-B dev pairs scored after training (0: all; -1: skip)")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
@@ -97,7 +92,7 @@ def train_st(args, triplets, work: Path) -> tuple[float, object]:
         model.max_seq_length = args.max_length
         training_args = SentenceTransformerTrainingArguments(
             output_dir=str(work / "st"), per_device_train_batch_size=args.batch_size, max_steps=args.steps,
-            learning_rate=args.lr, warmup_ratio=0.1, max_grad_norm=1.0, weight_decay=0.0, seed=args.seed,
+            learning_rate=args.lr, warmup_steps=0.1, max_grad_norm=1.0, weight_decay=0.0, seed=args.seed,
             logging_strategy="no", save_strategy="no", eval_strategy="no", report_to="none", use_cpu=True,
             disable_tqdm=True, dataloader_drop_last=True)
         trainer = SentenceTransformerTrainer(model=model, args=training_args, train_dataset=dataset,
