@@ -137,6 +137,7 @@ def test_runner_skips_finished_records_failures_and_goes_on(tiny_bert, tiny_data
     md = (tmp_path / "pooling.md").read_text()
     assert "| supervised | cls_last | full | - | 70.00 | 65.00 | 0.200 | -2.000 | 1/2 |" in md
     assert "| supervised | avg_last | full | - | 70.50 ± 0.71 |" in md
+    assert "| 1/2 | +0.00 (p n/a, 1 seed) |" in md and md.count("| ref. |") == 1  # paired with avg_last's seed 0
     calls.clear()
     outcome = run_grid(grid, log=lambda *_: None)  # the rerun only retries the failed run
     assert len(calls) == 1 and "cls_last-seed1" in calls[0] and len(outcome.skipped) == 3
@@ -214,3 +215,23 @@ def test_paper_config_tiny_run_on_cpu_and_cuda_refused_without_gpu(tiny_bert, ti
     assert config["model"] == str(tiny_bert) and config["train_file"] == f"{tiny_data}/nli_for_simcse.csv"
     assert config["hard_negative_weight"] == 1.0 and config["train"]["lr"] == 2e-5
     assert "| supervised | avg_last | full |" in (tmp_path / "pooling.md").read_text()
+
+
+def test_paired_comparison_with_avg_last_per_objective():
+    from layerwise.reproduce.pooling import add_paired_reference, fmt_paired
+
+    rows = [{"objective": "supervised", "pooler": "avg_last", "mode": "full", "stsb_test_by_seed": {0: 80, 1: 81, 2: 79}},
+            {"objective": "supervised", "pooler": "layer_att_res", "mode": "full",
+             "stsb_test_by_seed": {0: 81, 1: 82.5, 2: 79.5}},
+            {"objective": "supervised", "pooler": "layer_att_res", "mode": "static", "stsb_test_by_seed": {}},
+            {"objective": "hybrid", "pooler": "layer_att_cls", "mode": "full", "stsb_test_by_seed": {0: 70}}]
+    add_paired_reference(rows)
+    assert rows[0]["vs_reference"] == "reference" and fmt_paired(rows[0]["vs_reference"]) == "ref."
+    res = rows[1]["vs_reference"]
+    assert res["n"] == 3 and abs(res["mean_diff"] - 1.0) < 1e-12  # differences 1, 1.5, 0.5
+    from scipy import stats
+
+    p = stats.ttest_rel([81, 82.5, 79.5], [80, 81, 79]).pvalue
+    assert fmt_paired(res) == f"+1.00 (p {fmt_p(p)}, 3 seeds)"
+    assert fmt_paired(rows[2]["vs_reference"]) == "-"  # no finished seed
+    assert "vs_reference" not in rows[3]  # no avg_last trained with the hybrid objective

@@ -20,7 +20,7 @@ from typing import Any, Callable
 from layerwise.config import build_config, non_negative, positive
 from layerwise.errors import ConfigError, LayerwiseError
 from layerwise.reproduce.plan import RunSpec, dedupe, read_results, shard, slug
-from layerwise.reproduce.tables import fmt_cell, markdown, mean_std
+from layerwise.reproduce.tables import fmt_cell, fmt_p, markdown, mean_std, paired_test
 from layerwise.config import default_data_dir
 from layerwise.training.embed import EmbedConfig
 
@@ -37,6 +37,7 @@ OBJECTIVE_DEFAULTS: dict[str, dict[str, Any]] = {"unsupervised": {"train.lr": 3e
 MODE_ORDER = ("full", "static", "cls_last", "avg_last")
 STS_EXTRA = ("sts12", "sts13", "sts14", "sts15", "sts16", "sickr")
 EXTRAS = "extras.json"
+PAIRED_REFERENCE = "avg_last"  # each row's STS-B test is compared with this pooler's, seed by seed
 
 
 @dataclass
@@ -76,6 +77,28 @@ class PoolingOptions:
             raise ConfigError(f"--pooler-lrs: every learning rate must be > 0, got {self.pooler_lrs}")
         if self.sts_dir and not available_sts_tasks(self.sts_dir):
             raise ConfigError(f"--sts-dir {self.sts_dir}: no STS12-16 folder (STS12-en-test, ...) or SICK file found")
+
+
+def add_paired_reference(rows: list[dict]) -> None:
+    """rows[i]["vs_reference"]: the paired test (same seeds) of each row's STS-B test against the same objective's
+    avg_last, "reference" on that row itself; rows of an objective without an avg_last row are left alone."""
+    refs = {r["objective"]: r for r in rows if r["pooler"] == PAIRED_REFERENCE and r["mode"] == "full"}
+    for row in rows:
+        ref = refs.get(row["objective"])
+        if ref is not None:
+            row["vs_reference"] = "reference" if row is ref else \
+                paired_test(row["stsb_test_by_seed"], ref["stsb_test_by_seed"])
+
+
+def fmt_paired(result: dict | str | None) -> str:
+    """"+0.35 (p 0.041, 3 seeds)", "ref." or "-"."""
+    if result is None:
+        return "-"
+    if result == "reference":
+        return "ref."
+    if not result["n"]:
+        return "-"
+    return f"{result['mean_diff']:+.2f} (p {fmt_p(result['p_ttest'])}, {result['n']} seed{'s' * (result['n'] > 1)})"
 
 
 @lru_cache(maxsize=None)
@@ -294,10 +317,12 @@ class PoolingGrid:
             modes = MODE_ORDER if pooler_traits(pooler)[1] else ("full",)
             for mode in modes:
                 values: dict[str, list[float]] = {}
+                test_by_seed: dict[int, float] = {}
                 for spec, results in finished:
                     scores = results["trained"].get(mode)
                     if scores is None:
                         continue
+                    test_by_seed[spec.seed] = scores["stsb_test"]["spearman"]
                     values.setdefault("STS-B dev", []).append(scores["stsb_dev"]["spearman"])
                     values.setdefault("STS-B test", []).append(scores["stsb_test"]["spearman"])
                     extras_path = spec.run_dir(self.out) / EXTRAS
@@ -313,7 +338,9 @@ class PoolingGrid:
                 lr = mains[0].meta["pooler_lr"] if mains and pooler_traits(pooler)[0] else None
                 rows.append({"objective": objective, "pooler": pooler, "mode": mode, "pooler_lr": lr,
                              "n": len(next(iter(values.values()), [])), "planned": self.opts.seeds,
-                             "metrics": {k: mean_std(v) for k, v in values.items()}})
+                             "metrics": {k: mean_std(v) for k, v in values.items()},
+                             "stsb_test_by_seed": test_by_seed})
+        add_paired_reference(rows)
         head = [{"objective": "untrained", "pooler": p, "mode": "full", "pooler_lr": None, "n": 1, "planned": 1,
                  "metrics": {"STS-B test": mean_std([v])}} for p, v in untrained.items()]
         return head + rows, picks
@@ -324,14 +351,17 @@ class PoolingGrid:
         if any("avg" in r["metrics"] for r in rows):
             score_cols.append("avg")
         space_cols = [c for c in ("alignment", "uniformity") if any(c in r["metrics"] for r in rows)]
-        header = ["objective", "pooler", "inference", "pooler lr"] + score_cols + space_cols + ["n"]
+        paired = any("vs_reference" in r for r in rows)
+        header = ["objective", "pooler", "inference", "pooler lr"] + score_cols + space_cols + ["n"] + \
+            ([f"STS-B test vs {PAIRED_REFERENCE} (paired t-test p)"] if paired else [])
         table = []
         for r in rows:
             n = "-" if r["objective"] == "untrained" else \
                 f"{r['n']}" + (f"/{r['planned']}" if r["n"] < r["planned"] else "")
             table.append([r["objective"], r["pooler"], r["mode"], f"{r['pooler_lr']:g}" if r["pooler_lr"] else "-"]
                          + [fmt_cell(r["metrics"].get(c)) for c in score_cols]
-                         + [fmt_cell(r["metrics"].get(c), 3) for c in space_cols] + [n])
+                         + [fmt_cell(r["metrics"].get(c), 3) for c in space_cols] + [n]
+                         + ([fmt_paired(r.get("vs_reference"))] if paired else []))
         o = self.opts
         lines = [f"## LayerAttPooler ablation: {o.model}", "",
                  f"Spearman x 100 (cosine), mean ± std over seeds (sample std); `n` = finished seeds"
