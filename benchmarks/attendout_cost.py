@@ -21,9 +21,27 @@ def parse_args(argv):
     p = C.parser(__doc__, repeats=3)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--max-length", type=int, default=128)
+    p.add_argument("--task", default="", help="draw inputs from this GLUE task's dev set (e.g. rte: long pairs) "
+                                              "instead of STS-B test sentences")
     p.add_argument("--steps", type=int, default=3, help="training steps per timed round and side")
     p.add_argument("--predict-sentences", type=int, default=256)
     return p.parse_args(argv)
+
+
+def benchmark_texts(args) -> list[tuple[str, ...]]:
+    """The inputs the steps draw from: STS-B test sentences (short), or a GLUE task's dev examples (--task)."""
+    data = C.data_dir(args.data_dir)
+    if not args.task:
+        return [(s,) for s in C.unique_sentences(C.stsb(data, "test"))]
+    from layerwise.data.glue import get_task, read_split
+
+    return read_split(get_task(args.task), data, "dev").texts
+
+
+def tokenize(tokenizer, examples: list[tuple[str, ...]], max_length: int):
+    """One padded batch of single texts or text pairs."""
+    columns = [list(column) for column in zip(*examples)]
+    return tokenizer(*columns, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
 
 
 def main(argv=None) -> dict:
@@ -37,15 +55,14 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     threads = C.set_threads(args.threads)
     model_dir = C.resolve_model(args.model)
-    pairs = C.stsb(C.data_dir(args.data_dir), "test")
-    sentences = C.unique_sentences(pairs)
+    examples = benchmark_texts(args)
     rng = np.random.default_rng(0)
     with quiet_transformers():
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
     batches = []
     for _ in range(args.steps):
-        texts = [sentences[i] for i in rng.choice(len(sentences), args.batch_size, replace=True)]
-        tokens = tokenizer(texts, padding=True, truncation=True, max_length=args.max_length, return_tensors="pt")
+        picked = [examples[i] for i in rng.choice(len(examples), args.batch_size, replace=True)]
+        tokens = tokenize(tokenizer, picked, args.max_length)
         batches.append({**tokens, "labels": torch.as_tensor(rng.integers(0, 2, args.batch_size))})
     runs = {}
     for name in STRATEGIES:
@@ -72,11 +89,13 @@ def main(argv=None) -> dict:
                 optimizer.zero_grad(set_to_none=True)
         return run
 
+    print(f"{args.task or 'STS-B test'} inputs, padded lengths {[int(b['input_ids'].shape[1]) for b in batches]}")
     print(f"{args.steps} steps x batch {args.batch_size} (max length {args.max_length}) per round, threads "
           f"{threads}; interleaved x{args.repeats}")
     times = C.interleave({n: train_side(n) for n in STRATEGIES}, args.repeats, log=print)
     std = C.median(times["standard"])
     result = {"batch_size": args.batch_size, "steps": args.steps, "threads": threads, "repeats": args.repeats,
+              "inputs": args.task or "stsb-test", "padded_length": [int(b["input_ids"].shape[1]) for b in batches],
               "train": {n: {"seconds": v, "seconds_per_step": C.median(v) / args.steps,
                             "ratio_vs_standard": C.median(v) / std,
                             "ratio_each_round": [a / b for a, b in zip(v, times["standard"])]}
@@ -85,7 +104,7 @@ def main(argv=None) -> dict:
                     " ".join(f"{r:.2f}" for r in e["ratio_each_round"])] for n, e in result["train"].items()],
                   ["strategy", "s per step (median)", "x standard", "per round"]))
     # prediction with the saved models
-    predict_texts = sentences[: args.predict_sentences]
+    predict_texts = examples[: args.predict_sentences]
     loaded = {}
     with tempfile.TemporaryDirectory() as tmp, quiet_transformers():
         for name in ("standard", "attendout"):
@@ -100,8 +119,7 @@ def main(argv=None) -> dict:
         def run():
             with torch.inference_mode():
                 for i in range(0, len(predict_texts), 64):
-                    tokens = tokenizer(predict_texts[i:i + 64], padding=True, truncation=True,
-                                       max_length=args.max_length, return_tensors="pt")
+                    tokens = tokenize(tokenizer, predict_texts[i:i + 64], args.max_length)
                     model(**tokens)
         return run
 

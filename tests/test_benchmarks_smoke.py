@@ -70,6 +70,18 @@ def test_attendout_cost(tiny_bert, bench_data, capsys):
     assert result["predict"]["same_parameters_and_config_keys"]
 
 
+def test_attendout_cost_on_glue_pairs(tiny_bert, bench_data, capsys):
+    rte = bench_data / "glue" / "RTE"
+    rte.mkdir(parents=True, exist_ok=True)
+    rows = [f"{i}\tA premise sentence number {i} that is long.\tA hypothesis {i}.\t"
+            f"{'entailment' if i % 2 else 'not_entailment'}" for i in range(6)]
+    (rte / "dev.tsv").write_text("index\tsentence1\tsentence2\tlabel\n" + "\n".join(rows) + "\n")
+    result = run("attendout_cost", ["--model", str(tiny_bert), "--data-dir", str(bench_data), "--task", "rte",
+                                    "--steps", "1", "--repeats", "1", "--batch-size", "4", "--max-length", "32",
+                                    "--predict-sentences", "4"], capsys)
+    assert result["inputs"] == "rte" and result["padded_length"][0] > 12  # both texts of each pair are encoded
+
+
 def test_scale(tiny_bert, bench_data, tmp_path, capsys):
     plot = tmp_path / "scale.png"
     result = run("scale", ["--model", str(tiny_bert), "--data-dir", str(bench_data), "--sizes", "10,30",
