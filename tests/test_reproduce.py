@@ -46,6 +46,8 @@ def test_paired_test_matches_scipy_on_a_hand_example():
     single = paired_test({0: 1.0}, {0: 2.0})
     assert single["p_ttest"] is None and fmt_p(single["p_ttest"]) == "n/a"
     assert paired_test({0: 1.0, 1: 2.0}, {0: 1.0, 1: 2.0})["p_ttest"] is None  # identical: no p, not a crash
+    shifted = paired_test({0: 3.0, 1: 4.0}, {0: 1.0, 1: 2.0})  # every difference +2: t infinite, no p of 0
+    assert shifted["mean_diff"] == 2.0 and shifted["p_ttest"] is None and shifted["t"] is None
 
 
 def test_mean_std_cells_and_markdown():

@@ -3,6 +3,7 @@ interrupted run, and the attendout grid with the attendout -> scheduled_bernoull
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import yaml
@@ -31,7 +32,10 @@ def test_pooling_grid_table_skip_and_resume(tiny_bert, tiny_data, tmp_path, caps
     md = (out / "pooling.md").read_text(encoding="utf-8")
     rows = [line for line in md.splitlines() if line.startswith("| supervised")]
     assert [r.split("|")[3].strip() for r in rows] == ["full", "full", "static", "cls_last", "avg_last"]
-    assert all(" ± " in r.split("|")[5] and r.rstrip(" |").endswith("2") for r in rows)  # mean ± std over 2 seeds
+    cells = [[c.strip() for c in r.split("|")] for r in rows]
+    assert all(" ± " in c[5] and c[9] == "2" for c in cells)  # mean ± std over 2 seeds
+    paired = re.compile(r"^[+-]\d+\.\d\d \(p (n/a|\d\.\d{3}|\d\.\de-\d\d), 2 seeds\)$")
+    assert cells[0][10] == "ref." and all(paired.match(c[10]) for c in cells[1:]), [c[10] for c in cells]
     data = json.loads((out / "pooling.json").read_text(encoding="utf-8"))
     full = next(r for r in data["rows"] if r["pooler"] == "layer_att_cls" and r["mode"] == "full")
     assert full["n"] == 2 and len(full["metrics"]["STS-B test"]["values"]) == 2 and "alignment" in full["metrics"]

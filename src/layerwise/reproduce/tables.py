@@ -35,7 +35,7 @@ def paired_test(candidate: Mapping[int, float], reference: Mapping[int, float],
     y = np.array([reference[s] for s in seeds], dtype=np.float64)
     out: dict[str, Any] = {"n": len(seeds), "seeds": seeds, "mean_diff": float(np.mean(x - y)) if seeds else None,
                            "t": None, "p_ttest": None, "p_wilcoxon": None}
-    if len(seeds) >= 2:
+    if len(seeds) >= 2 and np.ptp(x - y) > 0:  # equal differences: t is infinite or undefined, no p-value
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             result = stats.ttest_rel(x, y)
