@@ -89,13 +89,14 @@ def main(argv=None) -> dict:
                 optimizer.zero_grad(set_to_none=True)
         return run
 
-    print(f"{args.task or 'STS-B test'} inputs, padded lengths {[int(b['input_ids'].shape[1]) for b in batches]}")
+    padded = [int(b["input_ids"].shape[1]) for b in batches]
+    print(f"{args.task or 'STS-B test'} inputs, padded lengths {padded}")
     print(f"{args.steps} steps x batch {args.batch_size} (max length {args.max_length}) per round, threads "
           f"{threads}; interleaved x{args.repeats}")
     times = C.interleave({n: train_side(n) for n in STRATEGIES}, args.repeats, log=print)
     std = C.median(times["standard"])
     result = {"batch_size": args.batch_size, "steps": args.steps, "threads": threads, "repeats": args.repeats,
-              "inputs": args.task or "stsb-test", "padded_length": [int(b["input_ids"].shape[1]) for b in batches],
+              "inputs": args.task or "stsb-test", "padded_length": padded,
               "train": {n: {"seconds": v, "seconds_per_step": C.median(v) / args.steps,
                             "ratio_vs_standard": C.median(v) / std,
                             "ratio_each_round": [a / b for a, b in zip(v, times["standard"])]}

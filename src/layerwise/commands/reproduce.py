@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import warnings
 from importlib import import_module
 from typing import Any
@@ -82,11 +81,6 @@ def _options(cls: type, args: argparse.Namespace, sections: tuple[str, ...], nam
     return opts, grouped
 
 
-def _launched() -> tuple[int, int]:
-    """(rank, world size) as torchrun / accelerate launch set them; (0, 1) in a plain process."""
-    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-
-
 def _refuse(message: str, rank: int) -> int:
     """A bad option under a launcher: rank 0 raises the one-line error, the others exit 2 quietly."""
     from layerwise.errors import ConfigError
@@ -98,8 +92,9 @@ def _refuse(message: str, rank: int) -> int:
 
 def _go(grid, args) -> int:
     from layerwise.reproduce.runner import batch_problem
+    from layerwise.training.distributed import launched
 
-    rank, world = _launched()
+    rank, world = launched()
     if world > 1 and grid.shard:
         return _refuse(f"--shard {grid.shard} and torchrun/accelerate launch ({world} processes) cannot be "
                        "combined: either one process per GPU with --shard K/N, or one launcher over all GPUs "

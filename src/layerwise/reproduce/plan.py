@@ -12,9 +12,8 @@ output directory keeps the keys.
 """
 from __future__ import annotations
 
-import json
-
 import copy
+import json
 import math
 import re
 from dataclasses import dataclass, field

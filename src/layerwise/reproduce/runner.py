@@ -24,7 +24,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from layerwise.errors import ConfigError
 from layerwise.reproduce.plan import (
     RunSpec, checkpoint_step, estimate_seconds, fmt_seconds, is_finished, measured_rates, status, total_steps,
 )
@@ -93,13 +92,11 @@ def record_failure(out: Path, spec: RunSpec, exc: BaseException) -> None:
 
 
 def per_process(spec: RunSpec, world: int) -> RunSpec:
-    """The spec each of `world` processes trains: the grid's global train.batch_size split evenly."""
+    """The spec each of `world` processes trains: the grid's global train.batch_size split evenly (the command
+    refuses a batch that does not divide, via `batch_problem`, before any run)."""
     if world <= 1:
         return spec
     config = copy.deepcopy(spec.config)
-    if config.train.batch_size % world:
-        raise ConfigError(f"train.batch_size {config.train.batch_size} (the global batch) does not divide by the "
-                          f"{world} processes")
     config.train.batch_size //= world
     return replace(spec, config=config)
 

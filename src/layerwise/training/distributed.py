@@ -29,10 +29,14 @@ class DistInfo:
         return self.world_size > 1
 
 
+def launched() -> tuple[int, int]:
+    """(rank, world size) as torchrun / accelerate launch set them in the environment; (0, 1) in a plain process."""
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
 def init_from_env(device: torch.device) -> DistInfo:
     """Join the process group described by torchrun's environment (WORLD_SIZE, RANK, LOCAL_RANK), if any."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
+    if launched()[1] <= 1:
         return DistInfo()
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from pathlib import Path
@@ -23,7 +22,9 @@ def prepare_run_dir(output_dir: str, default_name: str, resume: bool, overwrite:
     """Pick the run directory and refuse to clobber an existing run unless told to (checked by the main process
     of a distributed run only; the others follow it)."""
     run_dir = Path(output_dir) if output_dir else Path("runs") / f"{default_name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    if int(os.environ.get("RANK", "0")) != 0:
+    from layerwise.training.distributed import launched
+
+    if launched()[0] != 0:
         if not output_dir:
             raise LayerwiseError("distributed runs need an explicit --output-dir shared by all processes")
         return run_dir
