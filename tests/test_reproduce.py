@@ -174,6 +174,44 @@ def test_attendout_dry_run_orders_scheduled_after_attendout(tiny_bert, tmp_path,
     assert f"waiting: {attendout_key}" in lines[2]
 
 
+def _attendout_dry_run(tiny_bert, tmp_path, capsys, config_text: str, *extra: str) -> tuple[int, str, str]:
+    from test_finetune import write_cola
+
+    data = write_cola(tmp_path / "data", train=20, dev=8)
+    config = tmp_path / "grid.yaml"
+    config.write_text(config_text, encoding="utf-8")
+    code = main(["reproduce", "attendout", "--config", str(config), "--model", str(tiny_bert), "--data-dir",
+                 str(data), "--output-dir", str(tmp_path / "out"), "--seeds", "1", "--tasks", "cola", "--dry-run",
+                 *extra])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_attendout_variants_are_named_strategies_with_their_own_keys(tiny_bert, tmp_path, capsys):
+    variants = ("variants:\n  coop: {dropout: attendout, drop: {objective: cooperative}}\n"
+                "  slow: {dropout: attendout, drop: {gnet_lr: 1.0e-4}}\n")
+    code, out, _ = _attendout_dry_run(tiny_bert, tmp_path, capsys, variants, "--strategies",
+                                      "standard,attendout,coop,slow")
+    keys = [line.split()[1] for line in out.splitlines() if "finetune-" in line]
+    assert code == 0 and [k.rsplit("-", 2)[0] for k in keys] == [
+        "finetune-cola-standard", "finetune-cola-attendout", "finetune-cola-coop", "finetune-cola-slow"]
+    assert len({k.rsplit("-", 1)[1] for k in keys}) == 4  # each variant is its own run
+    code, plain, _ = _attendout_dry_run(tiny_bert, tmp_path, capsys, "seeds: 1\n", "--strategies",
+                                        "standard,attendout")
+    assert code == 0 and [line.split()[1] for line in plain.splitlines() if "finetune-" in line] == keys[:2]
+
+
+@pytest.mark.parametrize("config_text, needle", [
+    ("variants:\n  coop: {drop: {objective: cooperative}}\n", "variants.coop: expected a 'dropout:' key"),
+    ("variants:\n  standard: {dropout: attendout}\n", "variants.standard: the name of a built-in strategy"),
+    ("variants:\n  coop: {dropout: attendot}\n", "attendot"),
+    ("strategies: [standard, coop]\n", "coop"),
+])
+def test_bad_variants_are_one_line_errors(tiny_bert, tmp_path, capsys, config_text, needle):
+    code, _, err = _attendout_dry_run(tiny_bert, tmp_path, capsys, config_text)
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize("args, needle", [
     (["pooling", "--poolers", "avg_lst"], "did you mean 'avg_last'"),
     (["pooling", "--pooler-lrs", "0"], "--pooler-lrs"),

@@ -62,13 +62,19 @@ def test_attendout_grid_runs_scheduled_bernoulli_on_the_learned_pattern(tiny_ber
     from test_finetune import write_cola
 
     data, out = write_cola(tmp_path / "data", train=24, dev=10), tmp_path / "out"
-    assert main(["reproduce", "attendout", "--model", str(tiny_bert), "--data-dir", str(data), "--output-dir",
-                 str(out), "--seeds", "1", "--tasks", "cola", "--strategies", "standard,scheduled_bernoulli",
-                 "--max-steps", "2", "--device", "cpu", "--set", "train.batch_size=8", "--set",
-                 "train.log_every=1"]) == 0
+    variants = tmp_path / "variants.yaml"
+    variants.write_text("variants:\n  coop:\n    dropout: attendout\n    drop: {objective: cooperative}\n",
+                        encoding="utf-8")
+    assert main(["reproduce", "attendout", "--config", str(variants), "--model", str(tiny_bert), "--data-dir",
+                 str(data), "--output-dir", str(out), "--seeds", "1", "--tasks", "cola", "--strategies",
+                 "standard,scheduled_bernoulli,coop", "--max-steps", "2", "--device", "cpu", "--set",
+                 "train.batch_size=8", "--set", "train.log_every=1"]) == 0
     printed = capsys.readouterr().out
     order = [line.split()[2].rsplit("-", 2)[0] for line in printed.splitlines() if line.startswith("[reproduce] running")]
-    assert order == ["finetune-cola-standard", "finetune-cola-attendout", "finetune-cola-scheduled_bernoulli"]
+    assert order == ["finetune-cola-standard", "finetune-cola-attendout", "finetune-cola-scheduled_bernoulli",
+                     "finetune-cola-coop"]
+    coop = yaml.safe_load(next((out / "runs").glob("finetune-cola-coop-seed0-*")).joinpath("config.yaml").read_text())
+    assert coop["dropout"] == "attendout" and coop["drop"]["objective"] == "cooperative"
     attendout = next((out / "runs").glob("finetune-cola-attendout-seed0-*"))
     scheduled = next((out / "runs").glob("finetune-cola-scheduled_bernoulli-seed0-*"))
     pattern = json.loads((attendout / "pattern.json").read_text(encoding="utf-8"))
@@ -78,6 +84,7 @@ def test_attendout_grid_runs_scheduled_bernoulli_on_the_learned_pattern(tiny_ber
     md = (out / "attendout.md").read_text(encoding="utf-8")
     assert "| strategy | cola matthews | cola p |" in md and "| standard |" in md and "ref." in md
     assert "| attendout |" in md and "n/a" in md  # one seed: no p-value
+    assert "| coop |" in md and "`coop` = attendout with drop.objective=cooperative" in md
     summary = json.loads((out / "attendout.json").read_text(encoding="utf-8"))
     assert summary["tasks"]["cola"]["strategies"]["attendout"]["paired"]["n"] == 1
     assert (out / "convergence-cola.png").is_file() and (out / "drop-heatmap-cola.png").is_file()

@@ -172,6 +172,6 @@ def run_attendout(args) -> int:
     import_module("layerwise.training.finetune")  # fills the dropout-strategy registry
     from layerwise.reproduce.attendout import AttendoutGrid, AttendoutOptions
 
-    opts, sections = _options(AttendoutOptions, args, ("finetune", "per_strategy", "per_task"),
+    opts, sections = _options(AttendoutOptions, args, ("finetune", "per_strategy", "per_task", "variants"),
                               COMMON_NAMES + ("tasks", "strategies", "pattern_which"))
     return _go(AttendoutGrid(opts, sections, args.overrides), args)

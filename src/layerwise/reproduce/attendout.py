@@ -48,13 +48,10 @@ class AttendoutOptions:
 
     def validate(self) -> None:
         from layerwise.data.glue import get_task
-        from layerwise.registry import DROPOUT_STRATEGIES
 
         positive(self, "seeds")
         non_negative(self, "max_steps", "subset")
         self.tasks = [get_task(t).name for t in self.tasks]
-        for name in self.strategies:
-            DROPOUT_STRATEGIES.get(name)
         if not self.tasks or not self.strategies:
             raise ConfigError("--tasks and --strategies must each name at least one value")
         if self.pattern_which not in ("last", "overall"):
@@ -70,6 +67,8 @@ class AttendoutGrid:
         self.out = Path(opts.output_dir)
         self.shard = opts.shard
         self._examples: dict[tuple, int | None] = {}
+        self.variants = read_variants(self.sections)
+        check_strategies(opts.strategies, self.variants)
         self.plan()  # every config is built and validated up front
 
     def strategies(self) -> list[str]:
@@ -79,9 +78,11 @@ class AttendoutGrid:
 
     def config(self, task: str, strategy: str, seed: int, pattern: str = "") -> FinetuneConfig:
         o = self.opts
+        variant = self.variants.get(strategy, {})
+        base = variant.get("dropout", strategy)
         file_values = {**self.sections.get("finetune", {}), **self.sections.get(f"per_task.{task}", {}),
-                       **self.sections.get(f"per_strategy.{strategy}", {})}
-        cli: dict[str, Any] = {"model": o.model, "task": task, "data_dir": o.data_dir, "dropout": strategy,
+                       **self.sections.get(f"per_strategy.{base}", {}), **variant}
+        cli: dict[str, Any] = {"model": o.model, "task": task, "data_dir": o.data_dir, "dropout": base,
                                "train.seed": seed, "train.progress": False, "train.device": o.device}
         if pattern:
             cli["drop.pattern"] = pattern
@@ -269,12 +270,51 @@ class AttendoutGrid:
                  "seeds). scheduled_bernoulli follows the per-layer pattern learned by the attendout run of the same "
                  "task and seed." + (f" Training capped at {o.max_steps} steps." if o.max_steps else "")
                  + (f" Train and dev subsets of {o.subset} examples." if o.subset else ""), "",
-                 markdown(header, rows), "",
+                 markdown(header, rows), "", *self._variant_lines(),
                  "Paired tests against `standard` (Wilcoxon signed-rank from 6 paired seeds on):", "",
                  markdown(detail_header, detail, align_right_from=3) if detail else "(no finished pairs yet)\n"]
         if figures:
             lines += ["", "Figures: " + ", ".join(f"[{p.name}]({p.name})" for p in figures), ""]
         return "\n".join(lines)
+
+    def _variant_lines(self) -> list[str]:
+        used = [name for name in self.strategies() if name in self.variants]
+        if not used:
+            return []
+        return ["Variants (config file): " + "; ".join(
+            f"`{name}` = {self.variants[name]['dropout']} with "
+            + ", ".join(f"{key}={value}" for key, value in self.variants[name].items() if key != "dropout")
+            for name in used), ""]
+
+
+def read_variants(sections: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Named strategy variants from the config file's `variants.<name>:` sections: {name: {run-config keys}}.
+
+    Each needs `dropout:` (the registered strategy it varies); its other keys override that strategy's run config,
+    e.g. `variants: {attendout_coop: {dropout: attendout, drop: {objective: cooperative}}}`.
+    """
+    from layerwise.registry import DROPOUT_STRATEGIES
+
+    variants = {name[len("variants."):]: values for name, values in sections.items() if name.startswith("variants.")}
+    for name, values in variants.items():
+        if name in DROPOUT_STRATEGIES.names():
+            raise ConfigError(f"variants.{name}: the name of a built-in strategy; pick another name")
+        if "dropout" not in values:
+            raise ConfigError(f"variants.{name}: expected a 'dropout:' key naming the strategy it varies")
+        DROPOUT_STRATEGIES.get(values["dropout"])
+    return variants
+
+
+def check_strategies(names: list[str], variants: dict[str, dict[str, Any]]) -> None:
+    """Every --strategies name is a registered strategy or a variant of the config file."""
+    from layerwise.registry import DROPOUT_STRATEGIES
+
+    for name in names:
+        if name not in variants:
+            try:
+                DROPOUT_STRATEGIES.get(name)
+            except ConfigError as exc:
+                raise ConfigError(f"--strategies: {exc} (or a name under 'variants:' in --config)") from None
 
 
 def _pattern_patch(source_key: str) -> Callable[[Any], None]:
