@@ -226,9 +226,10 @@ def test_bad_options_are_one_line_errors(tiny_bert, tiny_data, tmp_path, capsys,
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("name", ["pooling-bert-base", "pooling-roberta-large", "attendout-bert-base",
-                                  "attendout-roberta-large"])
-def test_paper_configs_resolve(name, tiny_bert, tiny_data, tmp_path, capsys):
+@pytest.mark.parametrize("name, runs", [("pooling-bert-base", 58), ("pooling-roberta-large", 58),
+                                        ("attendout-bert-base", 30), ("attendout-roberta-large", 30),
+                                        ("attendout-cola-sweep", 10)])
+def test_paper_configs_resolve(name, runs, tiny_bert, tiny_data, tmp_path, capsys):
     from test_finetune import write_cola
 
     write_cola(tiny_data, train=20, dev=8)
@@ -238,7 +239,7 @@ def test_paper_configs_resolve(name, tiny_bert, tiny_data, tmp_path, capsys):
                  str(tiny_bert), "--data-dir", str(tiny_data), "--device", "cpu", "--output-dir", str(tmp_path),
                  "--dry-run", *extra]) == 0
     out = capsys.readouterr().out
-    assert ("58 runs" if experiment == "pooling" else "30 runs") in out
+    assert f"{runs} runs" in out
 
 
 def test_paper_config_tiny_run_on_cpu_and_cuda_refused_without_gpu(tiny_bert, tiny_data, tmp_path, capsys):
