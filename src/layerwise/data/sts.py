@@ -51,7 +51,7 @@ def parse_score(text: str, path: Path, line: int) -> float:
     return value
 
 
-def read_lines(path: Path) -> list[str]:
+def raw_lines(path: Path) -> list[str]:
     """An STS file's lines without their endings (an empty file gives no lines; the caller reports it)."""
     return text_lines(path, allow_empty=True)
 
@@ -62,7 +62,7 @@ def read_stsb(path: Path) -> StsPairs:
     s1: list[str] = []
     s2: list[str] = []
     scores: list[float] = []
-    for number, line in enumerate(read_lines(path), start=1):
+    for number, line in enumerate(raw_lines(path), start=1):
         if not line.strip():
             continue
         fields = line.split("\t")
@@ -105,7 +105,7 @@ def read_sts_raw(input_path: Path, gold_path: Path) -> StsPairs:
 
     The gold file has one score per input line; an empty gold line marks an unscored pair (STS15/16), skipped.
     """
-    inputs, golds = read_lines(input_path), read_lines(gold_path)
+    inputs, golds = raw_lines(input_path), raw_lines(gold_path)
     if len(inputs) != len(golds):
         raise DataError(gold_path, f"has {len(golds)} lines but its input file {input_path} has {len(inputs)}; "
                         "expected one gold line (possibly empty) per sentence pair",
@@ -158,7 +158,7 @@ def read_sts_year(folder: Path) -> dict[str, StsPairs]:
 def read_sick(path: Path) -> StsPairs:
     """Read SICK (header; pair_ID, sentence_A, sentence_B, relatedness_score, entailment_judgment; CRLF)."""
     path = Path(path)
-    lines = read_lines(path)
+    lines = raw_lines(path)
     if not lines:
         raise DataError(path, "empty file")
     header = lines[0].split("\t")

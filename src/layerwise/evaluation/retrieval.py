@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from layerwise.data.readers import jsonl_objects
-from layerwise.data.sts import read_lines, read_stsb
+from layerwise.data.sts import raw_lines, read_stsb
 from layerwise.errors import DataError
 from layerwise.evaluation.metrics import l2_normalize, retrieval_scores
 
@@ -141,7 +141,7 @@ def evaluate_retrieval(encoder, data: RetrievalSet, batch_size: int = 64, k: int
 
 def _read_jsonl(path: Path, fields: tuple[str, ...]) -> list[tuple[int, dict]]:
     """(line number, object) of every non-empty line; each object must have the given fields."""
-    return jsonl_objects(path, enumerate(read_lines(path), start=1), fields)
+    return jsonl_objects(path, enumerate(raw_lines(path), start=1), fields)
 
 
 def read_beir(folder: Path, split: str = "test") -> RetrievalSet:
@@ -162,7 +162,7 @@ def read_beir(folder: Path, split: str = "test") -> RetrievalSet:
 def read_qrels(path: Path, doc_ids: set[str], query_ids: set[str]) -> dict[str, dict[str, float]]:
     """query-id, corpus-id, score lines (an optional header); every id must exist."""
     qrels: dict[str, dict[str, float]] = {}
-    for number, line in enumerate(read_lines(path), start=1):
+    for number, line in enumerate(raw_lines(path), start=1):
         if not line.strip():
             continue
         fields = line.split("\t")
@@ -195,7 +195,7 @@ QUORA_COLUMNS = ("id", "qid1", "qid2", "question1", "question2", "is_duplicate")
 def read_quora(path: Path) -> RetrievalSet:
     """quora_duplicate_questions.tsv: questions with a duplicate are queries, all other questions the corpus."""
     path = Path(path)
-    lines = read_lines(path)
+    lines = raw_lines(path)
     header = lines[0].split("\t") if lines else []
     if tuple(h.strip() for h in header) != QUORA_COLUMNS:
         raise DataError(path, f"expected the header {' '.join(QUORA_COLUMNS)}", line=1)
@@ -240,7 +240,7 @@ def _tsv_records(path: Path, lines: list[str], width: int, first: int):
 def read_labelled_pairs(path: Path) -> tuple[list[str], list[str], list[bool]]:
     """(first sentences, second sentences, is positive) of MRPC (Quality 1) or STS-B (score >= 4)."""
     path = Path(path)
-    lines = read_lines(path)
+    lines = raw_lines(path)
     if lines and lines[0].split("\t")[0].strip() == "Quality":
         header = [h.strip() for h in lines[0].split("\t")]
         need = ("Quality", "#1 String", "#2 String")
@@ -292,7 +292,7 @@ def detect_format(path: Path) -> str:
         raise DataError(path, "expected a BEIR folder with corpus.jsonl, queries.jsonl and qrels/")
     if not path.is_file():
         raise DataError(path, "retrieval data not found")
-    first = read_lines(path)[:1]
+    first = raw_lines(path)[:1]
     if first and tuple(h.strip() for h in first[0].split("\t")) == QUORA_COLUMNS:
         return "quora"
     return "pairs"
