@@ -87,10 +87,6 @@ def write_failure(out: Path, line: dict[str, Any]) -> None:
         handle.write(json.dumps(line) + "\n")
 
 
-def record_failure(out: Path, spec: RunSpec, exc: BaseException) -> None:
-    write_failure(out, failure_line(spec.key, exc))
-
-
 def per_process(spec: RunSpec, world: int) -> RunSpec:
     """The spec each of `world` processes trains: the grid's global train.batch_size split evenly (the command
     refuses a batch that does not divide, via `batch_problem`, before any run)."""
@@ -179,28 +175,34 @@ def _run_step(grid: Grid, step: Step, outcome: Outcome, info: distributed.DistIn
 
 def _attempt(grid: Grid, step: Step, info: distributed.DistInfo) -> dict[str, Any] | None:
     """This rank's part of one run; its failure record, or None."""
-    try:
+    def work() -> None:
         grid.train(per_process(step.spec, info.world_size), step.run_dir, step.resume)
         if info.is_main:
             grid.post(step.spec, step.run_dir)
+
+    return _failure_of(work, step.key)
+
+
+def _safely(grid: Grid, spec: RunSpec, outcome: Outcome, work: Callable[[], None], log) -> bool:
+    """Run `work` for a finished run on rank 0 alone; a failure is recorded and logged, and the grid goes on."""
+    line = _failure_of(work, spec.key)
+    if line is None:
+        return True
+    write_failure(grid.out, line)
+    outcome.failed.append(spec.key)
+    log(f"[reproduce] FAILED {spec.key}: {line['error']}")
+    return False
+
+
+def _failure_of(work: Callable[[], None], key: str) -> dict[str, Any] | None:
+    """Run `work`; the failures.jsonl record of its exception, or None (Ctrl-C still stops the grid)."""
+    try:
+        work()
         return None
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # noqa: BLE001 - one failed run must not stop the grid
-        return failure_line(step.key, exc)
-
-
-def _safely(grid: Grid, spec: RunSpec, outcome: Outcome, work: Callable[[], None], log) -> bool:
-    try:
-        work()
-        return True
-    except KeyboardInterrupt:
-        raise
-    except Exception as exc:  # noqa: BLE001 - one failed run must not stop the grid
-        record_failure(grid.out, spec, exc)
-        outcome.failed.append(spec.key)
-        log(f"[reproduce] FAILED {spec.key}: {type(exc).__name__}: {exc}")
-        return False
+        return failure_line(key, exc)
 
 
 # ------------------------------------------------------------------------------------- process group
