@@ -276,3 +276,21 @@ def test_paired_comparison_with_avg_last_per_objective():
     assert fmt_paired(res) == f"+1.00 (p {fmt_p(p)}, 3 seeds)"
     assert fmt_paired(rows[2]["vs_reference"]) == "-"  # no finished seed
     assert "vs_reference" not in rows[3]  # no avg_last trained with the hybrid objective
+
+
+def test_failed_post_of_a_finished_run_is_recorded_and_the_grid_goes_on(tiny_bert, tiny_data, tmp_path):
+    grid = _grid(tiny_bert, tiny_data, tmp_path, poolers=["avg_last"], objectives=["supervised"], seeds=2)
+    _fake_eval(grid.plan()[0].run_dir(tmp_path), 70.0)  # seed 0 finished by an older version, post missing
+    trained = []
+
+    def post(spec, run_dir):
+        if spec.seed == 0:
+            raise OSError("disk full")
+
+    grid.needs_post = lambda spec, run_dir: spec.seed == 0
+    grid.train, grid.post = lambda spec, run_dir, resume: (trained.append(spec.key), _fake_eval(run_dir, 71.0)), post
+    outcome = run_grid(grid, log=lambda *_: None)
+    failure = json.loads((tmp_path / FAILURES).read_text().splitlines()[0])
+    assert "avg_last-seed0" in failure["key"] and failure["error"] == "OSError: disk full"
+    assert outcome.failed == [failure["key"]] and len(trained) == 1 and len(outcome.skipped) == 1
+    assert "avg_last-seed1" in trained[0] and "avg_last-seed1" in outcome.trained[0]
