@@ -88,3 +88,4 @@ def test_attendout_grid_runs_scheduled_bernoulli_on_the_learned_pattern(tiny_ber
     summary = json.loads((out / "attendout.json").read_text(encoding="utf-8"))
     assert summary["tasks"]["cola"]["strategies"]["attendout"]["paired"]["n"] == 1
     assert (out / "convergence-cola.png").is_file() and (out / "drop-heatmap-cola.png").is_file()
+    assert (out / "drop-heatmap-cola-coop.png").is_file()  # a variant of attendout gets its own heatmap

@@ -6,7 +6,9 @@ and seed reads that file (the plan states the dependency; the key hashes the att
 
 Report: attendout.md / attendout.json with dev metrics of the best checkpoint as mean ± std over seeds and a paired
 test across seeds against `standard`; convergence-<task>.png (dev metric and train loss against steps, one line per
-strategy, lowest finished seed) and drop-heatmap-<task>.png (the learned per-layer drop rates of AttendOut).
+strategy, lowest finished seed) and drop-heatmap-<task>[-<variant>].png (the learned per-layer drop rates of AttendOut
+and of each AttendOut variant). Variants (`variants.<name>:` in the config file) are named strategies: a registered
+one with some run-config keys changed, each a row of the table.
 """
 from __future__ import annotations
 
@@ -78,8 +80,7 @@ class AttendoutGrid:
 
     def config(self, task: str, strategy: str, seed: int, pattern: str = "") -> FinetuneConfig:
         o = self.opts
-        variant = self.variants.get(strategy, {})
-        base = variant.get("dropout", strategy)
+        variant, base = self.variants.get(strategy, {}), self.base(strategy)
         file_values = {**self.sections.get("finetune", {}), **self.sections.get(f"per_task.{task}", {}),
                        **self.sections.get(f"per_strategy.{base}", {}), **variant}
         cli: dict[str, Any] = {"model": o.model, "task": task, "data_dir": o.data_dir, "dropout": base,
@@ -211,7 +212,7 @@ class AttendoutGrid:
         return {**asdict(self.opts), "sections": self.sections, "overrides": self.overrides}
 
     def figures(self, specs: list[RunSpec]) -> list[Path]:
-        """convergence-<task>.png and drop-heatmap-<task>.png from the lowest finished seed of each strategy."""
+        """convergence-<task>.png and drop-heatmap-<task>[-<variant>].png from each strategy's lowest finished seed."""
         from layerwise.plots import convergence, drop_heatmap
 
         written = []
@@ -223,13 +224,18 @@ class AttendoutGrid:
             runs = [lowest[s].run_dir(self.out) for s in self.strategies() if s in lowest]
             if runs:
                 written.append(convergence(runs, self.out / f"convergence-{task}.png"))
-            if "attendout" in lowest:
+            for strategy in [s for s in self.strategies() if s in lowest and self.base(s) == "attendout"]:
+                suffix = "" if strategy == "attendout" else f"-{strategy}"
                 try:
-                    written.append(drop_heatmap(lowest["attendout"].run_dir(self.out),
-                                                self.out / f"drop-heatmap-{task}.png"))
+                    written.append(drop_heatmap(lowest[strategy].run_dir(self.out),
+                                                self.out / f"drop-heatmap-{task}{suffix}.png"))
                 except LayerwiseError as exc:
-                    self.log(f"[reproduce] no heatmap for {task}: {exc}")
+                    self.log(f"[reproduce] no heatmap for {task} {strategy}: {exc}")
         return written
+
+    def base(self, strategy: str) -> str:
+        """The registered strategy a table row runs: itself, or the `dropout:` of a variant."""
+        return self.variants.get(strategy, {}).get("dropout", strategy)
 
     def markdown(self, summary: dict[str, Any], figures: list[Path]) -> str:
         o = self.opts
