@@ -196,6 +196,11 @@ def test_attendout_variants_are_named_strategies_with_their_own_keys(tiny_bert, 
     assert code == 0 and [k.rsplit("-", 2)[0] for k in keys] == [
         "finetune-cola-standard", "finetune-cola-attendout", "finetune-cola-coop", "finetune-cola-slow"]
     assert len({k.rsplit("-", 1)[1] for k in keys}) == 4  # each variant is its own run
+    code, out, _ = _attendout_dry_run(tiny_bert, tmp_path, capsys, "variants:\n  sb: {dropout: scheduled_bernoulli}\n",
+                                      "--strategies", "sb")
+    lines = [line for line in out.splitlines() if "finetune-" in line]
+    assert code == 0 and "finetune-cola-attendout-" in lines[0] and "finetune-cola-sb-" in lines[1]
+    assert f"waiting: {lines[0].split()[1]}" in lines[1]  # a scheduled_bernoulli variant follows attendout too
     code, plain, _ = _attendout_dry_run(tiny_bert, tmp_path, capsys, "seeds: 1\n", "--strategies",
                                         "standard,attendout")
     assert code == 0 and [line.split()[1] for line in plain.splitlines() if "finetune-" in line] == keys[:2]
@@ -204,7 +209,7 @@ def test_attendout_variants_are_named_strategies_with_their_own_keys(tiny_bert, 
 @pytest.mark.parametrize("config_text, needle", [
     ("variants:\n  coop: {drop: {objective: cooperative}}\n", "variants.coop: expected a 'dropout:' key"),
     ("variants:\n  standard: {dropout: attendout}\n", "variants.standard: the name of a built-in strategy"),
-    ("variants:\n  coop: {dropout: attendot}\n", "attendot"),
+    ("variants:\n  coop: {dropout: attendot}\n", "variants.coop.dropout: unknown dropout strategy 'attendot'"),
     ("strategies: [standard, coop]\n", "coop"),
 ])
 def test_bad_variants_are_one_line_errors(tiny_bert, tmp_path, capsys, config_text, needle):

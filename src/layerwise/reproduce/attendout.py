@@ -75,7 +75,8 @@ class AttendoutGrid:
 
     def strategies(self) -> list[str]:
         """Requested strategies in table order; attendout is added when scheduled_bernoulli needs its pattern."""
-        wanted = set(self.opts.strategies) | ({"attendout"} if "scheduled_bernoulli" in self.opts.strategies else set())
+        follows = any(self.base(s) == "scheduled_bernoulli" for s in self.opts.strategies)
+        wanted = set(self.opts.strategies) | ({"attendout"} if follows else set())
         return [s for s in STRATEGIES if s in wanted] + [s for s in self.opts.strategies if s not in STRATEGIES]
 
     def config(self, task: str, strategy: str, seed: int, pattern: str = "") -> FinetuneConfig:
@@ -103,7 +104,7 @@ class AttendoutGrid:
                     after: tuple[str, ...] = ()
                     patch = None
                     pattern = ""
-                    if strategy == "scheduled_bernoulli":
+                    if self.base(strategy) == "scheduled_bernoulli":
                         source = made["attendout"]
                         after = (source.key,)
                         pattern = str((source.run_dir(self.out) / PATTERN_FILE).resolve())
@@ -307,7 +308,10 @@ def read_variants(sections: dict[str, dict[str, Any]]) -> dict[str, dict[str, An
             raise ConfigError(f"variants.{name}: the name of a built-in strategy; pick another name")
         if "dropout" not in values:
             raise ConfigError(f"variants.{name}: expected a 'dropout:' key naming the strategy it varies")
-        DROPOUT_STRATEGIES.get(values["dropout"])
+        try:
+            DROPOUT_STRATEGIES.get(values["dropout"])
+        except ConfigError as exc:
+            raise ConfigError(f"variants.{name}.dropout: {exc}") from None
     return variants
 
 
