@@ -119,6 +119,16 @@ def test_pooler_lr_tuned_on_seed0_dev_then_used_by_other_seeds(tiny_bert, tiny_d
     assert picks["supervised/layer_att_cls"]["picked"] == 1e-3
 
 
+def test_tuning_scores_are_listed_in_learning_rate_order_whichever_is_picked(tiny_bert, tiny_data, tmp_path):
+    grid = _grid(tiny_bert, tiny_data, tmp_path, poolers=["layer_att_res"], objectives=["supervised"], seeds=1,
+                 pooler_lrs=[1e-4, 1e-3, 1e-2])
+    for spec, dev in zip([s for s in grid.plan() if "tune" in s.roles], (80.0, 82.0, 84.0)):
+        _fake_eval(spec.run_dir(tmp_path), dev)
+    grid.report()
+    md = (tmp_path / "pooling.md").read_text(encoding="utf-8")
+    assert "supervised/layer_att_res: 0.01 (dev by lr: 0.0001: 80.00, 0.001: 82.00, 0.01: 84.00)" in md
+
+
 def test_runner_skips_finished_records_failures_and_goes_on(tiny_bert, tiny_data, tmp_path):
     grid = _grid(tiny_bert, tiny_data, tmp_path, poolers=["avg_last", "cls_last"], objectives=["supervised"], seeds=2)
     calls = []

@@ -375,7 +375,8 @@ class PoolingGrid:
         if picks:
             lines += ["Pooler learning rate, tuned on STS-B dev (best checkpoint, seed 0; test never used):", ""]
             for name, pick in picks.items():
-                tried = ", ".join(f"{lr}: {score:.2f}" for lr, score in pick["stsb_dev_seed0"].items())
+                tried = ", ".join(f"{lr}: {score:.2f}" for lr, score in
+                                  sorted(pick["stsb_dev_seed0"].items(), key=lambda item: float(item[0])))
                 chosen = f"{pick['picked']:g}" if pick["picked"] is not None else pick["status"]
                 lines.append(f"- {name}: {chosen} (dev by lr: {tried or 'none finished'})")
             lines.append("")
