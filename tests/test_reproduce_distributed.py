@@ -46,7 +46,7 @@ def test_torchrun_grid_equals_one_process_and_reports_once(setup, tmp_path, caps
     assert main(_args(setup, tmp_path / "one")) == 0
     capsys.readouterr()
     proc = _torchrun(["-m", "layerwise.cli", *_args(setup, tmp_path / "two")])
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     out = proc.stdout
     one, two = (sorted((tmp_path / n / "runs").iterdir()) for n in ("one", "two"))
     assert [r.name for r in two] == [r.name for r in one] and len(two) == 2  # same keys: batch_size is global
@@ -64,7 +64,7 @@ def test_torchrun_grid_equals_one_process_and_reports_once(setup, tmp_path, caps
     stamp = (two[0] / "eval.json").stat().st_mtime_ns
     (victim / "eval.json").unlink()  # interrupted after its step-1 checkpoint: resumed by both processes
     proc = _torchrun(["-m", "layerwise.cli", *_args(setup, tmp_path / "two")])
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert proc.stdout.count("trained 0, resumed 1, already finished 1, failed 0") == 1
     assert proc.stdout.count(f"[reproduce] resuming {victim.name}") == 1
     assert (victim / "eval.json").is_file() and (two[0] / "eval.json").stat().st_mtime_ns == stamp

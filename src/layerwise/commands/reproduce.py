@@ -142,6 +142,7 @@ def _train(grid, rank: int, world: int) -> int:
     if world > 1:
         import torch.distributed as dist
 
+        dist.barrier()  # no rank tears its connections down while another still reads from them
         dist.destroy_process_group()
     return code
 
