@@ -41,7 +41,9 @@ def worker(rank: int, world: int, init_file: str, out_dir: str, args: tuple) -> 
         loss, grads = contrastive_grads(*args, rank=rank, world=world)
         torch.save({"loss": loss, "grads": grads}, Path(out_dir) / f"rank{rank}.pt")
     finally:
-        dist.destroy_process_group()
+        from layerwise.training import distributed
+
+        distributed.teardown()
 
 
 def reproduce_failing_on_rank1(argv: list[str]) -> int:

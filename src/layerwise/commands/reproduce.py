@@ -140,10 +140,11 @@ def _train(grid, rank: int, world: int) -> int:
     outcome = run_grid(grid)
     code = agree(summarize(outcome, grid.out, grid.report()) if rank == 0 else 0)  # the others wait for the report
     if world > 1:
-        import torch.distributed as dist
+        from layerwise.reproduce import runner
+        from layerwise.training import distributed
 
-        dist.barrier()  # no rank tears its connections down while another still reads from them
-        dist.destroy_process_group()
+        distributed.teardown()
+        runner.forget_group()
     return code
 
 

@@ -209,6 +209,12 @@ def _failure_of(work: Callable[[], None], key: str) -> dict[str, Any] | None:
 _GROUP: tuple[Any, Any] | None = None  # (the world group it belongs to, the runner's gloo group)
 
 
+def forget_group() -> None:
+    """Drop the runner's group once the process group is destroyed (none left for interpreter shutdown)."""
+    global _GROUP
+    _GROUP = None
+
+
 def _group():
     """A gloo group of the runner's own for its small messages: CPU objects under nccl too, never interleaved
     with the trainers' collectives, with a timeout that outlasts rank 0's evaluations."""

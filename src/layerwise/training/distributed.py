@@ -73,6 +73,17 @@ def _gather_group():
     return _GATHER_GROUP
 
 
+def teardown() -> None:
+    """Leave the process group, if any: wait for every process, destroy every group and drop this module's gather
+    group, so no gloo group is left for interpreter shutdown to destroy (which can abort the process)."""
+    global _GATHER_GROUP
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    dist.barrier()
+    dist.destroy_process_group()
+    _GATHER_GROUP = None
+
+
 class _GatherRows(torch.autograd.Function):
     """all_gather along dim 0; backward sums every process's gradient and returns the local rows."""
 

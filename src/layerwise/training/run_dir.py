@@ -60,7 +60,10 @@ def run_training_command(args: Any, config_cls: type, default_name: Callable[[An
         results = json.loads((run_dir / results_file).read_text(encoding="utf-8"))
         print(f"{run_dir} is already finished")
     else:
+        from layerwise.training.distributed import teardown
+
         results = train(cfg, run_dir, resume=args.resume).results
+        teardown()  # under torchrun: every process leaves the group before exiting
         if not results:  # a non-main process of a distributed run: the main one reports
             return 0
     print(summary(results))
