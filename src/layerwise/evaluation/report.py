@@ -60,10 +60,17 @@ def _atomic(path: Path, write) -> None:
     os.close(fd)
     try:
         write(Path(tmp))
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 -> what open() would have given
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_text(path: Path, text: str) -> None:
@@ -89,10 +96,13 @@ def bar_plot(rows: list[Row], path: Path, title: str = "") -> None:
     fig, ax = plt.subplots(figsize=(max(4.0, 1.2 * len(cols) * max(1, len(rows)) ** 0.5 + 2), 4))
     x = np.arange(len(cols))
     for r, (label, cells) in enumerate(rows):
-        ax.bar(x + (r - (len(rows) - 1) / 2) * width, [cells.get(c, np.nan) for c in cols], width, label=label)
+        bars = ax.bar(x + (r - (len(rows) - 1) / 2) * width, [cells.get(c, np.nan) for c in cols], width,
+                      label=label)
+        ax.bar_label(bars, fmt="%.1f", fontsize=7, rotation=90, padding=2)  # differences too small to see
     ax.set_xticks(x, cols, rotation=30 if len(cols) > 4 else 0, ha="right" if len(cols) > 4 else "center")
     ax.set_title(title)
-    ax.legend(fontsize="small")
+    ax.margins(y=0.15)
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, never over them
     fig.tight_layout()
     try:
         _atomic(path, lambda tmp: fig.savefig(tmp, format=Path(path).suffix.lstrip(".") or "png", dpi=120))
