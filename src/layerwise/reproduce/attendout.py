@@ -289,7 +289,7 @@ class AttendoutGrid:
         if not used:
             return []
         return ["Variants (config file): " + "; ".join(
-            f"`{name}` = {self.variants[name]['dropout']} with "
+            f"`{name}` = {self.base(name)} with "
             + ", ".join(f"{key}={value}" for key, value in self.variants[name].items() if key != "dropout")
             for name in used), ""]
 
@@ -308,23 +308,25 @@ def read_variants(sections: dict[str, dict[str, Any]]) -> dict[str, dict[str, An
             raise ConfigError(f"variants.{name}: the name of a built-in strategy; pick another name")
         if "dropout" not in values:
             raise ConfigError(f"variants.{name}: expected a 'dropout:' key naming the strategy it varies")
-        try:
-            DROPOUT_STRATEGIES.get(values["dropout"])
-        except ConfigError as exc:
-            raise ConfigError(f"variants.{name}.dropout: {exc}") from None
+        _registered(values["dropout"], f"variants.{name}.dropout")
     return variants
 
 
 def check_strategies(names: list[str], variants: dict[str, dict[str, Any]]) -> None:
     """Every --strategies name is a registered strategy or a variant of the config file."""
-    from layerwise.registry import DROPOUT_STRATEGIES
-
     for name in names:
         if name not in variants:
-            try:
-                DROPOUT_STRATEGIES.get(name)
-            except ConfigError as exc:
-                raise ConfigError(f"--strategies: {exc} (or a name under 'variants:' in --config)") from None
+            _registered(name, "--strategies", hint=" (or a name under 'variants:' in --config)")
+
+
+def _registered(name: str, where: str, hint: str = "") -> None:
+    """Refuse a name that is not a registered dropout strategy, saying which option or key gave it."""
+    from layerwise.registry import DROPOUT_STRATEGIES
+
+    try:
+        DROPOUT_STRATEGIES.get(name)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}{hint}") from None
 
 
 def _pattern_patch(source_key: str) -> Callable[[Any], None]:
