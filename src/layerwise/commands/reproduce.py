@@ -140,11 +140,9 @@ def _train(grid, rank: int, world: int) -> int:
     outcome = run_grid(grid)
     code = agree(summarize(outcome, grid.out, grid.report()) if rank == 0 else 0)  # the others wait for the report
     if world > 1:
-        from layerwise.reproduce import runner
-        from layerwise.training import distributed
+        from layerwise.reproduce.runner import leave
 
-        distributed.teardown()
-        runner.forget_group()
+        leave()
     return code
 
 

@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from layerwise.config import build_config, non_negative, positive
 from layerwise.errors import ConfigError, LayerwiseError
+from layerwise.reproduce.grid import Grid
 from layerwise.reproduce.plan import RunSpec, dedupe, is_finished, read_results, shard
 from layerwise.reproduce.tables import fmt_cell, fmt_p, markdown, mean_std, paired_test
 from layerwise.config import default_data_dir
@@ -60,15 +61,12 @@ class AttendoutOptions:
             raise ConfigError(f"--pattern-which: expected last or overall, got {self.pattern_which!r}")
 
 
-class AttendoutGrid:
+class AttendoutGrid(Grid):
     """The attention-dropout grid: plan, train, post (pattern export), report."""
 
     def __init__(self, opts: AttendoutOptions, sections: dict[str, dict[str, Any]] | None = None,
                  overrides: list[str] | None = None, log: Callable[[str], None] = print) -> None:
-        self.opts, self.sections, self.overrides, self.log = opts, sections or {}, overrides or [], log
-        self.out = Path(opts.output_dir)
-        self.shard = opts.shard
-        self._examples: dict[tuple, int | None] = {}
+        super().__init__(opts, sections, overrides, log)
         self.variants = read_variants(self.sections)
         check_strategies(opts.strategies, self.variants)
         self.plan()  # every config is built and validated up front
@@ -190,7 +188,7 @@ class AttendoutGrid:
     def report(self) -> list[Path]:
         from layerwise.evaluation.report import write_json, write_text
 
-        specs = self._unsharded()
+        specs = self.unsharded()
         summary = self.summary(specs)
         self.out.mkdir(parents=True, exist_ok=True)
         figures = self.figures(specs)
@@ -199,18 +197,6 @@ class AttendoutGrid:
         write_json(json_path, {"settings": self.settings(), "reference": REFERENCE, "tasks": summary,
                                "figures": [str(p.name) for p in figures]})
         return [md, json_path, *figures]
-
-    def _unsharded(self) -> list[RunSpec]:
-        shard_text, self.shard = self.shard, ""
-        try:
-            return self.plan()
-        finally:
-            self.shard = shard_text
-
-    def settings(self) -> dict[str, Any]:
-        from dataclasses import asdict
-
-        return {**asdict(self.opts), "sections": self.sections, "overrides": self.overrides}
 
     def figures(self, specs: list[RunSpec]) -> list[Path]:
         """convergence-<task>.png and drop-heatmap-<task>[-<variant>].png from each strategy's lowest finished seed."""

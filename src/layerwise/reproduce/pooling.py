@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from layerwise.config import build_config, non_negative, positive
 from layerwise.errors import ConfigError, LayerwiseError
+from layerwise.reproduce.grid import Grid
 from layerwise.reproduce.plan import RunSpec, dedupe, read_results, shard, slug
 from layerwise.reproduce.tables import fmt_cell, fmt_p, markdown, mean_std, paired_test
 from layerwise.config import default_data_dir
@@ -124,15 +125,12 @@ def available_sts_tasks(sts_dir: str) -> list[str]:
     return found
 
 
-class PoolingGrid:
+class PoolingGrid(Grid):
     """The pooling grid: plan, train, post (extras.json), report (pooling.md, pooling.json, pooling.png)."""
 
     def __init__(self, opts: PoolingOptions, sections: dict[str, dict[str, Any]] | None = None,
                  overrides: list[str] | None = None, log: Callable[[str], None] = print) -> None:
-        self.opts, self.sections, self.overrides, self.log = opts, sections or {}, overrides or [], log
-        self.out = Path(opts.output_dir)
-        self.shard = opts.shard
-        self._examples: dict[tuple, int | None] = {}
+        super().__init__(opts, sections, overrides, log)
         self.plan()  # every config is built (and validated) once up front: bad keys fail before any training
 
     # ------------------------------------------------------------------------------------------ plan
@@ -268,7 +266,7 @@ class PoolingGrid:
         """pooling.md, pooling.json and pooling.png from the finished runs (partial: n < seeds)."""
         from layerwise.evaluation.report import bar_plot, write_json, write_text
 
-        specs = self.plan() if not self.shard else self._unsharded()
+        specs = self.unsharded()
         rows, picks = self.table_rows(specs)
         self.out.mkdir(parents=True, exist_ok=True)
         md, json_path, png = self.out / "pooling.md", self.out / "pooling.json", self.out / "pooling.png"
@@ -283,18 +281,6 @@ class PoolingGrid:
             bar_plot([b for b in bars if b[1]], png, title="STS-B Spearman x100, mean over seeds")
             written.append(png)
         return written
-
-    def _unsharded(self) -> list[RunSpec]:
-        shard_text, self.shard = self.shard, ""
-        try:
-            return self.plan()
-        finally:
-            self.shard = shard_text
-
-    def settings(self) -> dict[str, Any]:
-        from dataclasses import asdict
-
-        return {**asdict(self.opts), "sections": self.sections, "overrides": self.overrides}
 
     def table_rows(self, specs: list[RunSpec]) -> tuple[list[dict], dict]:
         by_pair: dict[tuple[str, str], list[RunSpec]] = {}

@@ -209,9 +209,11 @@ def _failure_of(work: Callable[[], None], key: str) -> dict[str, Any] | None:
 _GROUP: tuple[Any, Any] | None = None  # (the world group it belongs to, the runner's gloo group)
 
 
-def forget_group() -> None:
-    """Drop the runner's group once the process group is destroyed (none left for interpreter shutdown)."""
+def leave() -> None:
+    """Leave the launcher's process group: destroy every group, the runner's own included, so none is left for
+    interpreter shutdown to destroy (which can abort the process). A no-op in one process."""
     global _GROUP
+    distributed.teardown()
     _GROUP = None
 
 
