@@ -146,8 +146,12 @@ def test_resume_reproduces_the_uninterrupted_run(tiny_bert, tmp_path):
     first = {name: load_file(str(run / name)) for name in ("final/model.safetensors", "gnet/final/gnet.safetensors")}
     assert (run / "checkpoints" / "step-2").is_dir()
     (run / "results.json").unlink()
+    last = sorted((run / "checkpoints").iterdir(), key=lambda p: int(p.name.split("-")[1]))[-1]
+    before = json.loads((last / "trainer_state.json").read_text(encoding="utf-8"))["train_seconds"]
     finetune(cfg, run, resume=True, log=lambda _: None)
     for name, tensors in first.items():
         again = load_file(str(run / name))
         assert all(torch.equal(tensors[k], again[k]) for k in tensors), name
     assert [r["step"] for r in read_metrics(run) if "loss" in r] == [1, 2, 3, 4]
+    # the resumed run's training time counts the time before its checkpoint too (dry-run estimates read it)
+    assert before > 0 and json.loads((run / "results.json").read_text(encoding="utf-8"))["train_seconds"] >= before

@@ -80,7 +80,8 @@ class Trainer:
         self.scheduler = get_linear_schedule_with_warmup(
             self.optimizer, int(cfg.warmup_ratio * self.total_steps), self.total_steps)
         self.state = {"global_step": 0, "epoch": 0, "batches_in_epoch": 0, "best_metric": None, "best_step": None,
-                      "skipped_batches": 0, "last_eval_step": None}
+                      "skipped_batches": 0, "last_eval_step": None, "train_seconds": 0.0}
+        self._clock: tuple[float, float] = (time.perf_counter(), 0.0)  # (this session's start, seconds before it)
 
     # ----------------------------------------------------------------------------------------- paths
     @property
@@ -106,14 +107,19 @@ class Trainer:
             self._resume()
         elif (self.run_dir / METRICS_FILE).exists() and self.dist.is_main:
             (self.run_dir / METRICS_FILE).unlink()
-        start = time.perf_counter()
+        self._clock = (time.perf_counter(), float(self.state.get("train_seconds") or 0.0))
         try:
             self._train_to_the_end()
         finally:
             for reporter in self.reporters:
                 reporter.close()
         return TrainResult(self.state["best_metric"], self.state["best_step"], self.state["global_step"],
-                           time.perf_counter() - start, self.state["skipped_batches"])
+                           self._seconds(), self.state["skipped_batches"])
+
+    def _seconds(self) -> float:
+        """Training time over every session of the run: a resumed run adds its time before the checkpoint."""
+        start, before = self._clock
+        return before + time.perf_counter() - start
 
     def _train_to_the_end(self) -> None:
         progress = tqdm(total=self.total_steps, initial=self.state["global_step"], desc="train", unit="step",
@@ -232,7 +238,8 @@ class Trainer:
     def _checkpoint(self) -> None:
         if self.dist.is_main:
             target = self.checkpoint_root / f"step-{self.state['global_step']}"
-            save_checkpoint(target, self.model, self.optimizer, self.scheduler, dict(self.state), self.stateful)
+            state = {**self.state, "train_seconds": round(self._seconds(), 1)}
+            save_checkpoint(target, self.model, self.optimizer, self.scheduler, state, self.stateful)
             prune_checkpoints(self.checkpoint_root, max(self.cfg.keep_last, 1))
         distributed.barrier()
 
