@@ -238,7 +238,7 @@ class Trainer:
     def _checkpoint(self) -> None:
         if self.dist.is_main:
             target = self.checkpoint_root / f"step-{self.state['global_step']}"
-            state = {**self.state, "train_seconds": round(self._seconds(), 1)}
+            state = {**self.state, "train_seconds": self._seconds()}
             save_checkpoint(target, self.model, self.optimizer, self.scheduler, state, self.stateful)
             prune_checkpoints(self.checkpoint_root, max(self.cfg.keep_last, 1))
         distributed.barrier()
