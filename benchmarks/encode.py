@@ -138,8 +138,8 @@ def main(argv=None) -> dict:
                          100 * entry["fraction_of_peak"], C.spread(times[name])])
         print(f"\nfp32 matmul peak ({args.matmul_size}^2, best of 5): {peak:.1f} GFLOP/s before, "
               f"{peak_after:.1f} after; useful work {gflop:.1f} GFLOP per pass")
-        print(C.table(rows, ["path", "sent/s (median)", "x ST (medians)", "x ST per round", "STS-B Spearman", "max|diff| vs ST",
-                             "GFLOP/s", "% of peak", "s per pass (min-max)"]))
+        print(C.table(rows, ["path", "sent/s (median)", "x ST (medians)", "x ST per round", "STS-B Spearman",
+                             "max|diff| vs ST", "GFLOP/s", "% of peak", "s per pass (min-max)"]))
         if args.score_paths:
             full = C.stsb(C.data_dir(args.data_dir), args.split)
             full_sentences = C.unique_sentences(full)

@@ -32,8 +32,8 @@ def parse_args(argv):
 
 
 def train_layerwise(args, triplets, work: Path) -> tuple[float, object]:
-    """train-embed's own code path (EmbedConfig, TokenStore, make_batch_source, the supervised objective, Trainer) without
-    its periodic evaluation and checkpointing. Returns (seconds from step `skip` to the end, encoder)."""
+    """train-embed's own code path (EmbedConfig, TokenStore, make_batch_source, the supervised objective, Trainer)
+    without its periodic evaluation and checkpointing. Returns (seconds from step `skip` to the end, encoder)."""
     from layerwise.config import TrainingConfig
     from layerwise.data.batching import TokenStore
     from layerwise.modeling.backbone import quiet_transformers
@@ -110,7 +110,8 @@ def main(argv=None) -> dict:
     data = C.data_dir(args.data_dir)
     triplets = read_snli_triplets(data / "senteval" / "SNLI")
     timed_triplets = (args.steps - args.skip) * args.batch_size
-    print(f"{len(triplets)} SNLI triplets, batch {args.batch_size}, {args.steps} steps (timed: {args.steps - args.skip}), "
+    print(f"{len(triplets)} SNLI triplets, batch {args.batch_size}, "
+          f"{args.steps} steps (timed: {args.steps - args.skip}), "
           f"max length {args.max_length}, threads {threads}, layerwise length_chunks {args.length_chunks}; "
           f"interleaved x{args.repeats}")
     times: dict[str, list[float]] = {"layerwise": [], "sentence-transformers": []}

@@ -53,7 +53,8 @@ def glue_table(task: str, n: int):
     data["label"] = [i * 0.5 % 5 for i in range(n)] if names is None else [i % len(names) for i in range(n)]
     data["idx"] = list(range(n))
     schema = datasets.Features({**{c: datasets.Value("string") for c in features},
-                                "label": datasets.Value("float32") if names is None else datasets.ClassLabel(names=names),
+                                "label": (datasets.Value("float32") if names is None
+                                          else datasets.ClassLabel(names=names)),
                                 "idx": datasets.Value("int32")})
     return datasets.Dataset.from_dict(data, features=schema)
 

@@ -128,7 +128,7 @@ CASES = [
     Case("te-stsb-dev-missing", TE, ["STS-B file not found", "sts-dev.csv"], rm(f"{STSB}/sts-dev.csv")),
     Case("te-stsb-test-missing", TE, ["STS-B file not found", "sts-test.csv"], rm(f"{STSB}/sts-test.csv")),
     Case("te-stsb-wrong-delimiter", TE, ["sts-dev.csv:1", "expected at least 7 tab-separated fields", "got 1"],
-         write(f"data/{STSB}/sts-dev.csv", "\n".join(l.replace("\t", ",") for l in stsb_lines()) + "\n")),
+         write(f"data/{STSB}/sts-dev.csv", "\n".join(row.replace("\t", ",") for row in stsb_lines()) + "\n")),
     Case("te-stsb-nan-score", TE, ["sts-dev.csv:3", "expected a finite score", "'nan'"],
          line(f"{STSB}/sts-dev.csv", 3, "main-news\tf\t2012\t0003\tnan\ta man\ta dog")),
     Case("te-stsb-text-score", TE, ["sts-dev.csv:2", "expected a numeric score", "'high'"],
@@ -223,7 +223,8 @@ CASES = [
     Case("ft-batch-size-zero", FT + ["--batch-size", "0"], ["train.batch_size", "must be > 0, got 0"]),
     Case("ft-config-typo-key", FT + ["--config", "{tmp}/ft.json"],
          ["ft.json: unknown key 'drop.rat'", "did you mean 'drop.rate'"], write("ft.json", '{"drop": {"rat": 0.2}}')),
-    Case("ft-finished-run", FT, ["already holds a finished run", "--resume", "--overwrite"], finished_run("results.json"), left="untouched"),
+    Case("ft-finished-run", FT, ["already holds a finished run", "--resume", "--overwrite"],
+         finished_run("results.json"), left="untouched"),
 ]
 
 
@@ -254,7 +255,8 @@ def test_bad_input(case: Case, ctx: Ctx, capsys):
     errors = error_lines(err)
     assert len(errors) == 1, err
     prefix = f"layerwise {case.argv[0]}" + (f" {case.argv[1]}" if case.argv[0] == "evaluate" else "")
-    assert errors[0].startswith(f"{prefix}: error: ") or errors[0].startswith(f"layerwise {case.argv[0]}: error: "), errors
+    assert (errors[0].startswith(f"{prefix}: error: ")
+            or errors[0].startswith(f"layerwise {case.argv[0]}: error: ")), errors
     for expected in case.expect:
         assert expected in errors[0], f"{expected!r} not in {errors[0]!r}"
     assert code == 2

@@ -276,7 +276,8 @@ def test_paper_config_tiny_run_on_cpu_and_cuda_refused_without_gpu(tiny_bert, ti
 def test_paired_comparison_with_avg_last_per_objective():
     from layerwise.reproduce.pooling import add_paired_reference, fmt_paired
 
-    rows = [{"objective": "supervised", "pooler": "avg_last", "mode": "full", "stsb_test_by_seed": {0: 80, 1: 81, 2: 79}},
+    rows = [{"objective": "supervised", "pooler": "avg_last", "mode": "full",
+             "stsb_test_by_seed": {0: 80, 1: 81, 2: 79}},
             {"objective": "supervised", "pooler": "layer_att_res", "mode": "full",
              "stsb_test_by_seed": {0: 81, 1: 82.5, 2: 79.5}},
             {"objective": "supervised", "pooler": "layer_att_res", "mode": "static", "stsb_test_by_seed": {}},

@@ -70,7 +70,8 @@ def test_attendout_grid_runs_scheduled_bernoulli_on_the_learned_pattern(tiny_ber
                  "standard,scheduled_bernoulli,coop", "--max-steps", "2", "--device", "cpu", "--set",
                  "train.batch_size=8", "--set", "train.log_every=1"]) == 0
     printed = capsys.readouterr().out
-    order = [line.split()[2].rsplit("-", 2)[0] for line in printed.splitlines() if line.startswith("[reproduce] running")]
+    order = [line.split()[2].rsplit("-", 2)[0] for line in printed.splitlines()
+             if line.startswith("[reproduce] running")]
     assert order == ["finetune-cola-standard", "finetune-cola-attendout", "finetune-cola-scheduled_bernoulli",
                      "finetune-cola-coop"]
     coop = yaml.safe_load(next((out / "runs").glob("finetune-cola-coop-seed0-*")).joinpath("config.yaml").read_text())

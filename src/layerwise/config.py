@@ -96,7 +96,8 @@ def _convert(value: Any, hint: Any, key: str) -> Any:
         raise ConfigError(errors[0] if errors else f"{key}: bad value {value!r}")
     if origin is Literal:
         if value not in args:
-            raise ConfigError(f"{key}: expected one of {', '.join(map(str, args))}, got {value!r}{closest_hint(str(value), map(str, args))}")
+            raise ConfigError(f"{key}: expected one of {', '.join(map(str, args))}, "
+                              f"got {value!r}{closest_hint(str(value), map(str, args))}")
         return value
     if origin in (list, tuple):
         if isinstance(value, str):
@@ -248,7 +249,8 @@ def config_hash(config: Any) -> str:
 
 
 def _flag(key: str) -> str:
-    return "--" + key.split(".")[-1].replace("_", "-") if key.count(".") <= 1 else "--" + key.replace(".", "-").replace("_", "-")
+    return ("--" + key.split(".")[-1].replace("_", "-") if key.count(".") <= 1
+            else "--" + key.replace(".", "-").replace("_", "-"))
 
 
 def add_config_arguments(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = ()) -> None:
@@ -277,7 +279,11 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type, skip: tuple
 
 
 def field_comments(cls: type) -> dict[str, str]:
-    """The trailing `# comment` of each field in a config dataclass's source: the --help text of its flag."""
+    """The trailing `# comment` of each field in a config dataclass's source: the --help text of its flag.
+
+    A comment too long for one line continues on the comment-only lines right below it that are indented deeper
+    than the field (joined with spaces).
+    """
     import inspect
     import re
 
@@ -285,7 +291,11 @@ def field_comments(cls: type) -> dict[str, str]:
         source = inspect.getsource(cls)
     except (OSError, TypeError):
         return {}
-    return {m.group(1): m.group(2).strip() for m in re.finditer(r"^\s+(\w+):[^#\n]*#\s*(.+)$", source, re.M)}
+    comments = {}
+    for m in re.finditer(r"^([ \t]+)(\w+):[^#\n]*#\s*(.+)$((?:\n\1[ \t]+#.*)*)", source, re.M):
+        more = [line.split("#", 1)[1].strip() for line in m.group(4).splitlines() if line.strip()]
+        comments[m.group(2)] = " ".join([m.group(3).strip(), *more])
+    return comments
 
 
 def _help(cls: type, key: str, default: Any) -> str:

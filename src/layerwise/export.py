@@ -8,11 +8,12 @@ transformers' own modules express exactly is written with them, so loading needs
 | any pooler, mode cls_last / avg_last         | Transformer + Pooling(cls / mean)                         |
 | full: cls_last, avg_last, cls_avg_last       | Transformer + Pooling(cls / mean / (cls, mean))           |
 | full: avg_first_last, avg_top2, weighted_layers | Transformer + WeightedLayerPooling + Pooling(mean)     |
-| attention pooler, mode static                | Transformer + WeightedLayerPooling(static weights) + Pooling(cls for cls_all_att, else mean) |
+| attention pooler, mode static                | Transformer + WeightedLayerPooling(static) + Pooling(*)   |
 | attention pooler, mode full                  | Transformer + layerwise.st.LayerAttentionPooling          |
 
-The mix is linear, so pooling a weighted mix of layers equals mixing the pooled layers; WeightedLayerPooling
-divides by the sum of its weights, which is 1 for calibrated static weights (corpus averages of softmax rows).
+(*) cls for cls_all_att, else mean. The mix is linear, so pooling a weighted mix of layers equals mixing the
+pooled layers; WeightedLayerPooling divides by the sum of its weights, which is 1 for calibrated static weights
+(corpus averages of softmax rows).
 The folder also keeps layerwise's own pooler files, so `layerwise.load(OUT)` restores the exact pooler.
 
 onnx: the whole encoder (backbone, pooler in its mode, and an L2-normalised second output) in one graph with
@@ -147,7 +148,8 @@ def st_modules(encoder, backbone_dir: str, native: bool = True) -> list:
             raise LayerwiseError(f"static weights sum to {sum(weights):.6f}, not 1: recalibrate the model "
                                  "(SentenceEncoder.calibrate_static) before exporting")
         modules.append(WeightedLayerPooling(hidden, num_hidden_layers=pooler.num_layers - 1, layer_start=layer_start,
-                                            layer_weights=torch.nn.Parameter(torch.tensor(weights, dtype=torch.float32))))
+                                            layer_weights=torch.nn.Parameter(
+                                                torch.tensor(weights, dtype=torch.float32))))
     modules.append(Pooling(hidden, pooling_mode=pooling_mode))
     return modules
 
@@ -250,7 +252,8 @@ def export_onnx(encoder, out: Path, *, opset: int = 17, optimize: bool = False, 
         report["files"]["optimized"] = ONNX_OPTIMIZED
         report["max_abs_diff_optimized"] = max_abs_diff_onnx(encoder, out / ONNX_OPTIMIZED, names)
         if report["max_abs_diff_optimized"] > atol:
-            raise LayerwiseError(f"optimised ONNX output differs from PyTorch by {report['max_abs_diff_optimized']:.2e}")
+            raise LayerwiseError("optimised ONNX output differs from PyTorch by "
+                                 f"{report['max_abs_diff_optimized']:.2e}")
     if quantize == "int8":
         quantize_int8(path, out / ONNX_INT8, per_channel=per_channel)
         report["files"]["int8"] = ONNX_INT8

@@ -28,11 +28,13 @@ _DATASETS = {
     "sickr": ("SICK-R", "mteb/sickr-sts"),
     "sick": ("SICK-R", "mteb/sickr-sts"),
 }
-_DATASET_IDS = {"simcse": "princeton-nlp/datasets-for-simcse", "snli": "stanfordnlp/snli", "nli": "sentence-transformers/all-nli", "wiki1m": "princeton-nlp/datasets-for-simcse",
+_DATASET_IDS = {"simcse": "princeton-nlp/datasets-for-simcse", "snli": "stanfordnlp/snli",
+                "nli": "sentence-transformers/all-nli", "wiki1m": "princeton-nlp/datasets-for-simcse",
                 "glue": "nyu-mll/glue", "stsb": "sentence-transformers/stsb"}
 _MODE_TEXT = {
     "full": "the whole pooler at inference, attention and head included where it has them",
-    "static": "the attention weights averaged over a corpus and frozen into a fixed mix of layers (no attention at inference)",
+    "static": ("the attention weights averaged over a corpus and frozen into a fixed mix of layers "
+               "(no attention at inference)"),
     "cls_last": "the last layer's [CLS] vector only (the pooler is removed at inference)",
     "avg_last": "the mean of the last layer's token vectors only (the pooler is removed at inference)",
 }
@@ -126,7 +128,8 @@ def render_card(meta: dict, *, pooler: str, mode: str, metrics: Mapping[str, Any
     lines = [
         "---", front.rstrip("\n"), "---", "", f"# {title}", "",
         f"A sentence encoder made with layerwise (layer-wise attention pooling after Oh et al., COLING 2022, "
-        f"arXiv 2209.05972): base model `{meta.get('base_model', 'unknown')}`, pooler `{pooler}`, inference mode `{mode}` "
+        f"arXiv 2209.05972): base model `{meta.get('base_model', 'unknown')}`, pooler `{pooler}`, "
+        f"inference mode `{mode}` "
         f"({_MODE_TEXT.get(mode, mode)}).", "",
     ]
     if flat:
@@ -146,7 +149,8 @@ def _usage(directory: Path) -> str:
                 "embeddings = model.encode([\"A man plays a guitar.\"], normalize=True)\n```")
     if (directory / "modules.json").is_file():
         trust = ("layerwise.st" in (directory / "modules.json").read_text(encoding="utf-8"))
-        extra = ", trust_remote_code=True)  # the pooler module is layerwise.st (pip install layerwise)" if trust else ")"
+        extra = (", trust_remote_code=True)  # the pooler module is layerwise.st (pip install layerwise)"
+                 if trust else ")")
         return ("```python\nfrom sentence_transformers import SentenceTransformer\n\n"
                 f"model = SentenceTransformer(\"PATH\"{extra}\n"
                 "embeddings = model.encode([\"A man plays a guitar.\"])\n```\n\n"

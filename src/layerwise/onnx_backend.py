@@ -30,7 +30,8 @@ class OnnxEncoder:
         self.directory = Path(directory)
         meta_path = self.directory / ONNX_META
         if not meta_path.is_file():
-            raise LayerwiseError(f"{directory}: no {ONNX_META} (expected the output of `layerwise export --format onnx`)")
+            raise LayerwiseError(f"{directory}: no {ONNX_META} "
+                                 "(expected the output of `layerwise export --format onnx`)")
         self.meta = json.loads(meta_path.read_text(encoding="utf-8"))
         name = self.meta.get("default", VARIANTS["fp32"]) if variant is None else VARIANTS.get(variant, variant)
         path = self.directory / name
@@ -47,7 +48,8 @@ class OnnxEncoder:
         self.max_length = int(self.meta.get("max_length", 128))
         self.mode = self.meta.get("mode", "full")
         self.pooler_name = self.meta.get("pooler")
-        self.embedding_dim = int(self.meta["dim"]) if "dim" in self.meta else int(self.session.get_outputs()[0].shape[-1])
+        self.embedding_dim = (int(self.meta["dim"]) if "dim" in self.meta
+                              else int(self.session.get_outputs()[0].shape[-1]))
         self.file = path.name
 
     def tokenize(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
@@ -76,7 +78,8 @@ class OnnxEncoder:
         return result
 
     def __repr__(self) -> str:
-        return f"OnnxEncoder({str(self.directory)!r}, file={self.file!r}, pooler={self.pooler_name!r}, mode={self.mode!r})"
+        return (f"OnnxEncoder({str(self.directory)!r}, file={self.file!r}, "
+                f"pooler={self.pooler_name!r}, mode={self.mode!r})")
 
 
 def load_onnx(name_or_path: str, pooling: str | None = None, mode: str | None = None, variant: str | None = None,

@@ -20,7 +20,8 @@ from layerwise.modeling.poolers import build_pooler, check_mode
 
 
 class LayerAttentionPooling(Module):
-    """Any registered layerwise pooler (by name + kwargs) in a given inference mode, as a sentence-transformers module."""
+    """Any registered layerwise pooler (by name + kwargs) in a given inference mode, as a sentence-transformers
+    module."""
 
     config_keys: list[str] = ["pooler_name", "pooler_kwargs", "mode"]
 
@@ -69,7 +70,8 @@ class LayerAttentionPooling(Module):
         return module
 
     def __repr__(self) -> str:
-        return f"LayerAttentionPooling(pooler={self.pooler_name!r}, mode={self.mode!r}, dim={self.get_embedding_dimension()})"
+        return (f"LayerAttentionPooling(pooler={self.pooler_name!r}, mode={self.mode!r}, "
+                f"dim={self.get_embedding_dimension()})")
 
 
 __all__ = ["LayerAttentionPooling"]

@@ -47,5 +47,6 @@ def run(args) -> int:
         detail = f", max abs diff vs layerwise {report['max_abs_diff']:.1e}"
     if "max_abs_diff_int8" in report:
         detail += f", int8 max abs diff {report['max_abs_diff_int8']:.1e}"
-    print(f"exported {args.model} ({report['pooler']}, mode {report['mode']}) as {args.format} to {args.output}{detail}")
+    print(f"exported {args.model} ({report['pooler']}, mode {report['mode']}) as {args.format} "
+          f"to {args.output}{detail}")
     return 0

@@ -14,7 +14,8 @@ def add_parser(subparsers) -> None:
                     "best model, and log per-layer drop rates. Strategies: none, standard, attendout, layerdrop, "
                     "attn_layerdrop, scheduled_bernoulli (options under drop.*, e.g. --set drop.rate=0.2).")
     add_config_arguments(parser, FinetuneConfig)
-    parser.add_argument("--resume", action="store_true", help="continue the run in --output-dir from its last checkpoint")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --output-dir from its last checkpoint")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run in --output-dir")
     parser.set_defaults(func=run)
 

@@ -13,7 +13,8 @@ def add_parser(subparsers) -> None:
                     "positives, or both), evaluate STS-B dev during training, keep the best checkpoint, and "
                     "report STS-B test for the untrained and trained model in every inference mode.")
     add_config_arguments(parser, EmbedConfig)
-    parser.add_argument("--resume", action="store_true", help="continue the run in --output-dir from its last checkpoint")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --output-dir from its last checkpoint")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run in --output-dir")
     parser.set_defaults(func=run)
 

@@ -82,7 +82,8 @@ def read_snli_triplets(snli_dir: str | Path, splits: Sequence[str] = ("dev", "te
     """
     triplets: list[Triplet] = []
     for split in splits:
-        premises, hypotheses, labels = (_nonblank(Path(snli_dir) / f"{name}.{split}") for name in ("s1", "s2", "labels"))
+        premises, hypotheses, labels = (_nonblank(Path(snli_dir) / f"{name}.{split}")
+                                        for name in ("s1", "s2", "labels"))
         if not len(premises) == len(hypotheses) == len(labels):
             raise DataError(Path(snli_dir) / f"labels.{split}",
                             f"line counts differ: s1 {len(premises)}, s2 {len(hypotheses)}, labels {len(labels)}")
@@ -137,7 +138,8 @@ def _delimited_rows(path: Path, columns: Sequence[str], delimiter: str) -> list[
             header = [f.strip() for f in fields]
             missing = [c for c in columns if c not in header]
             if missing:
-                raise DataError(path, f"header lacks column(s) {', '.join(missing)}; found {', '.join(header)}", line=number)
+                raise DataError(path, f"header lacks column(s) {', '.join(missing)}; found {', '.join(header)}",
+                                line=number)
             index = [header.index(c) for c in columns]
             continue
         if len(fields) != len(header):

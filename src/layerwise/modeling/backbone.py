@@ -11,7 +11,8 @@ from layerwise.errors import LayerwiseError
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 _SHORT_NAMES = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
-_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                 "pytorch_model.bin.index.json")
 
 
 def default_model_dir() -> Path:
@@ -49,7 +50,8 @@ def resolve_model_path(name_or_path: str) -> str:
         raise LayerwiseError(f"--model {name_or_path}: no such directory")
     path = transformer_subdir(path)
     if not (path / "config.json").is_file():
-        raise LayerwiseError(f"--model {name_or_path}: no config.json in {path} (expected a transformers model directory)")
+        raise LayerwiseError(f"--model {name_or_path}: no config.json in {path} "
+                             "(expected a transformers model directory)")
     if not any((path / f).is_file() for f in _WEIGHT_FILES):
         raise LayerwiseError(f"--model {name_or_path}: no weights in {path} (expected model.safetensors)")
     return str(path)

@@ -170,7 +170,8 @@ class AttendOut(DropoutStrategy):
         rate = self._pending.pop(layer, None)
         if rate is None:
             return probs
-        source = GradReverse.apply(rate, self.options.reversal_weight) if self.options.objective == "adversarial" else rate
+        source = (GradReverse.apply(rate, self.options.reversal_weight) if self.options.objective == "adversarial"
+                  else rate)
         keep = 1.0 - gumbel_sigmoid_drop(source, self.options.temperature)
         scale = keep / (1.0 - rate.detach())
         if scale.dim() == 2:

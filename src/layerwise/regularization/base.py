@@ -87,7 +87,8 @@ class DropoutStrategy(nn.Module):
         if self._attachment is not None:
             raise ConfigError(f"dropout strategy '{self.name}' is already attached to a model")
         if int(model.config.num_hidden_layers) != self.num_layers:
-            raise ConfigError(f"strategy built for {self.num_layers} layers, model has {model.config.num_hidden_layers}")
+            raise ConfigError(f"strategy built for {self.num_layers} layers, "
+                              f"model has {model.config.num_hidden_layers}")
         attachment = Attachment(model)
         try:
             self._setup(attachment, encoder_layers(model))

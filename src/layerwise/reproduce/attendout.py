@@ -176,7 +176,8 @@ class AttendoutGrid(Grid):
                             if metric not in entry["metrics"]:
                                 entry["metrics"].append(metric)
                 entry["strategies"][strategy] = {"per_seed": per_seed,
-                                                 "metrics": {m: mean_std(list(v.values())) for m, v in per_seed.items()}}
+                                                 "metrics": {m: mean_std(list(v.values()))
+                                                             for m, v in per_seed.items()}}
             metric = entry["metric"]
             reference = entry["strategies"].get(REFERENCE, {}).get("per_seed", {}).get(metric, {})
             for strategy, data in entry["strategies"].items():

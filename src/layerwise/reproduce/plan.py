@@ -226,7 +226,8 @@ def read_reproduce_file(path: str, data_dir: str,
     """Read a reproduce config file: (top-level options, {section: {dotted key: value}}).
 
     Sections hold run-config keys: "embed"/"finetune" apply to every run; "per_objective.<name>",
-    "per_strategy.<name>" and "per_task.<name>" to some. The text "{data_dir}" in a string value is replaced by the data directory.
+    "per_strategy.<name>" and "per_task.<name>" to some. The text "{data_dir}" in a string value is replaced by the
+    data directory.
     """
     flat = read_config_file(path)
     options: dict[str, Any] = {}

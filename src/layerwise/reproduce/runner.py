@@ -276,7 +276,8 @@ def dry_run(grid: Grid, log: Callable[[str], None] = print) -> list[dict[str, An
         left = steps
         if steps is not None and state.startswith("resume from step"):
             left = max(0, steps - int(state.rsplit(" ", 1)[1]))
-        seconds, source = estimate_seconds(spec.kind, cfg, left, rates, grid.sentences) if state != "finished" else (0.0, "-")
+        seconds, source = (estimate_seconds(spec.kind, cfg, left, rates, grid.sentences) if state != "finished"
+                           else (0.0, "-"))
         if state != "finished":
             if seconds is None:
                 unknown += 1

@@ -40,7 +40,8 @@ class EmbedConfig:
     train_file: str = ""  # supervised: nli_for_simcse.csv / .tsv / .jsonl triplets; default SNLI dev+test
     train_columns: list[str] = field(default_factory=lambda: ["anchor", "positive", "negative"])  # of train_file
     unsup_file: str = ""  # unsupervised/hybrid: one sentence per line; default wiki1m_slice
-    dataset: str = ""  # Hugging Face Hub dataset instead of train_file/unsup_file, e.g. sentence-transformers/all-nli:triplet
+    dataset: str = ""  # Hugging Face Hub dataset instead of train_file/unsup_file, e.g.
+                       # sentence-transformers/all-nli:triplet
     subset: int = 0  # cap on training examples (0: all)
     max_length: int = 64  # tokens per sentence in training (longer texts are truncated, with a warning)
     length_chunks: int = 4  # forward a batch's sentences in this many length-sorted chunks (less padding; 1: off)
@@ -93,7 +94,8 @@ def _read_triplets(cfg: EmbedConfig) -> list[Triplet]:
         return read_triplet_table(path, cfg.train_columns)
     snli = Path(cfg.data_dir) / "senteval" / "SNLI"
     if not snli.is_dir():
-        raise DataError(snli, "SNLI folder not found: pass --data-dir (the folder holding senteval/SNLI) or --train-file")
+        raise DataError(snli, "SNLI folder not found: pass --data-dir (the folder holding senteval/SNLI) "
+                              "or --train-file")
     return read_snli_triplets(snli)
 
 
@@ -404,7 +406,8 @@ def _write_json(path: Path, data: Any) -> None:
 def summary_table(results: dict) -> str:
     """Terminal table: STS-B Spearman x100 of the untrained model and each inference mode of the trained one."""
     lines = [f"{'model':<28} {'STS-B dev':>10} {'STS-B test':>11}",
-             f"{'untrained (' + results['pooler'] + ')':<28} {'':>10} {results['untrained']['stsb_test']['spearman']:>11.2f}"]
+             f"{'untrained (' + results['pooler'] + ')':<28} {'':>10} "
+             f"{results['untrained']['stsb_test']['spearman']:>11.2f}"]
     for mode, scores in results["trained"].items():
         lines.append(f"{'trained, mode ' + mode:<28} {scores['stsb_dev']['spearman']:>10.2f} "
                      f"{scores['stsb_test']['spearman']:>11.2f}")

@@ -44,7 +44,8 @@ class FinetuneConfig:
     model: str = "all-MiniLM-L6-v2"  # any transformers model name or path
     task: str = "cola"
     data_dir: str = field(default_factory=default_data_dir)
-    dataset: str = ""  # Hugging Face Hub dataset instead of data_dir: glue/<task> (sets the task), or one with --task's GLUE columns
+    dataset: str = ""  # Hugging Face Hub dataset instead of data_dir: glue/<task> (sets the task), or one with
+                       # --task's GLUE columns
     output_dir: str = ""
     dropout: str = "standard"  # attention-dropout strategy (registry name)
     drop: DropoutOptions = field(default_factory=DropoutOptions)
@@ -220,7 +221,8 @@ def finetune(cfg: FinetuneConfig, run_dir: Path, resume: bool = False,
         run_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, run_dir / "config.yaml")
     window = LossWindow()
-    forward = _distributed_forward(model, strategy, dist_info, skips_layers=cfg.dropout in ("layerdrop", "attn_layerdrop"))
+    forward = _distributed_forward(model, strategy, dist_info,
+                                   skips_layers=cfg.dropout in ("layerdrop", "attn_layerdrop"))
 
     def compute_loss(batch: dict[str, torch.Tensor]) -> torch.Tensor:
         loss = forward(**batch).loss

@@ -60,7 +60,8 @@ def grad_cache_step(forward: Callable[[torch.Tensor, torch.Tensor], torch.Tensor
     return loss.detach()
 
 
-def gradcache_compute_loss(objective: Any, forward: Callable, cfg: Any, chunk_size: int) -> Callable[[Any], torch.Tensor]:
+def gradcache_compute_loss(objective: Any, forward: Callable, cfg: Any,
+                           chunk_size: int) -> Callable[[Any], torch.Tensor]:
     """A Trainer compute_loss (with manual_backward=True) that runs `objective` through GradCache."""
     scale = 1.0 / cfg.train.grad_accum
 

@@ -198,7 +198,8 @@ class Trainer:
         if step % self.cfg.log_every == 0 or step == self.total_steps:
             elapsed = max(time.perf_counter() - window["time"], 1e-9)
             loss = distributed.mean_across(window["loss"] / max(window["count"], 1))
-            record = {"step": step, "epoch": round(self.state["epoch"] + self.state["batches_in_epoch"] / self.batches_per_epoch, 4),
+            record = {"step": step,
+                      "epoch": round(self.state["epoch"] + self.state["batches_in_epoch"] / self.batches_per_epoch, 4),
                       "loss": loss, "lr": self.scheduler.get_last_lr()[0],
                       "examples_per_s": window["examples"] * self.dist.world_size / elapsed}
             if self.log_extra:
