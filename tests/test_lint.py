@@ -1,8 +1,9 @@
 """The code style the repository keeps (pyproject's [tool.ruff]): pyflakes errors, pycodestyle, 120 columns."""
 from __future__ import annotations
 
-import shutil
+import importlib.util
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,9 +12,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_ruff_finds_nothing():
-    ruff = shutil.which("ruff")
-    if ruff is None:
+    if importlib.util.find_spec("ruff") is None:
         pytest.skip("ruff is not installed (it comes with the test extras: pip install -e '.[test]')")
-    result = subprocess.run([ruff, "check", "--no-cache", "src", "tests", "benchmarks"], cwd=ROOT,
+    result = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "src", "tests", "benchmarks"], cwd=ROOT,
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
