@@ -14,6 +14,6 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_ruff_finds_nothing():
     if importlib.util.find_spec("ruff") is None:
         pytest.skip("ruff is not installed (it comes with the test extras: pip install -e '.[test]')")
-    result = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "src", "tests", "benchmarks"], cwd=ROOT,
-                            capture_output=True, text=True)
+    command = [sys.executable, "-m", "ruff", "check", "--no-cache", "src", "tests", "benchmarks"]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
