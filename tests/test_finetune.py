@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from layerwise.cli import main
+from layerwise.training.checkpoint import STATE_FILE, list_checkpoints
 from layerwise.training.finetune import FinetuneConfig, finetune
 
 WORDS = "the man dog cat plays runs eats sits on in park street happy sad big small".split()
@@ -146,8 +147,8 @@ def test_resume_reproduces_the_uninterrupted_run(tiny_bert, tmp_path):
     first = {name: load_file(str(run / name)) for name in ("final/model.safetensors", "gnet/final/gnet.safetensors")}
     assert (run / "checkpoints" / "step-2").is_dir()
     (run / "results.json").unlink()
-    last = sorted((run / "checkpoints").iterdir(), key=lambda p: int(p.name.split("-")[1]))[-1]
-    before = json.loads((last / "trainer_state.json").read_text(encoding="utf-8"))["train_seconds"]
+    last = list_checkpoints(run / "checkpoints")[-1]
+    before = json.loads((last / STATE_FILE).read_text(encoding="utf-8"))["train_seconds"]
     finetune(cfg, run, resume=True, log=lambda _: None)
     for name, tensors in first.items():
         again = load_file(str(run / name))
