@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import stat
 
-from layerwise.evaluation.report import bar_plot, write_text
+from layerwise.evaluation.report import axis_range, bar_plot, interval_plot, write_text
 
 
 def test_atomic_writes_get_the_umask_permissions_not_mkstemps_0600(tmp_path):
@@ -19,3 +19,18 @@ def test_atomic_writes_get_the_umask_permissions_not_mkstemps_0600(tmp_path):
         assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o644, name
     assert (tmp_path / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plot.png", "table.md"]  # no temporary file left
+
+
+def test_axis_range_shows_the_top_span_and_leaves_a_collapsed_outlier_below_it():
+    assert axis_range([82.1, 80.5, 55.7], span=12.0) == (82.1 - 12.0 - 0.5, 82.1 + 0.5)
+    assert axis_range([82.1, 80.5], span=12.0) == (80.0, 82.6)  # everything fits: the range starts at the lowest
+
+
+def test_interval_plot_draws_means_stds_single_seeds_and_outliers(tmp_path):
+    rows = [("supervised avg_last", "supervised", {"dev": (86.8, 0.03), "test": (82.1, 0.13)}),
+            ("supervised layer_att_res (static)", "supervised", {"dev": (66.9, 0.1), "test": (55.7, 0.1)}),
+            ("hybrid layer_att_cls", "hybrid", {"test": (81.2, None)}),  # one seed, no dev score
+            ("untrained avg_last", "untrained", {"test": (82.0, float("nan"))})]
+    interval_plot(rows, tmp_path / "points.png", title="t", columns=["dev", "test"])
+    assert (tmp_path / "points.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["points.png"]

@@ -108,3 +108,52 @@ def bar_plot(rows: list[Row], path: Path, title: str = "") -> None:
         _atomic(path, lambda tmp: fig.savefig(tmp, format=Path(path).suffix.lstrip(".") or "png", dpi=120))
     finally:
         plt.close(fig)
+
+
+Interval = tuple[float, float]  # (mean, std); std is nan for a single seed
+IntervalRow = tuple[str, str, dict[str, Interval]]  # (label, group that picks the colour, {column: interval})
+
+
+def axis_range(means: list[float], span: float) -> tuple[float, float]:
+    """x-limits that show the best `span` points below the top score; lower means are drawn clipped at the edge."""
+    top, bottom = max(means), min(means)
+    return max(bottom, top - span) - 0.5, top + 0.5
+
+
+def interval_plot(rows: list[IntervalRow], path: Path, title: str = "", span: float = 12.0,
+                  columns: list[str] | None = None) -> None:
+    """One panel per column, a dot with a ±std bar per row (colour = group); outliers below the range are marked
+    at the left edge with their value, so a collapsed configuration does not squash the differences of the rest."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = columns or list(dict.fromkeys(col for _, _, cells in rows for col in cells))
+    groups = list(dict.fromkeys(group for _, group, _ in rows))
+    colours = {g: plt.get_cmap("tab10")(i % 10) for i, g in enumerate(groups)}
+    fig, axes = plt.subplots(1, len(cols), sharey=True, squeeze=False,
+                             figsize=(3.2 * len(cols) + 2.5, 0.28 * len(rows) + 1.2))
+    y = list(range(len(rows)))[::-1]  # first row on top
+    for ax, col in zip(axes[0], cols):
+        lo, hi = axis_range([cells[col][0] for _, _, cells in rows if col in cells], span)
+        for yi, (_, group, cells) in zip(y, rows):
+            if col not in cells:
+                continue
+            mean, std = cells[col]
+            if mean < lo:
+                ax.plot(lo, yi, marker="<", color=colours[group], clip_on=False)
+                ax.annotate(f"{mean:.1f}", (lo, yi), xytext=(6, -3), textcoords="offset points", fontsize=7)
+                continue
+            has_std = std is not None and std == std  # None or nan: one seed
+            ax.errorbar(mean, yi, xerr=std if has_std else None, fmt="o", color=colours[group], capsize=2)
+        ax.set_xlim(lo, hi)
+        ax.set_title(col, fontsize="medium")
+        ax.grid(axis="x", alpha=0.3)
+    axes[0][0].set_yticks(y, [label for label, _, _ in rows], fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    try:
+        _atomic(path, lambda tmp: fig.savefig(tmp, format=Path(path).suffix.lstrip(".") or "png", dpi=120))
+    finally:
+        plt.close(fig)

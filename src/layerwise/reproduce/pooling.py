@@ -264,7 +264,7 @@ class PoolingGrid(Grid):
     # -------------------------------------------------------------------------------------- report
     def report(self) -> list[Path]:
         """pooling.md, pooling.json and pooling.png from the finished runs (partial: n < seeds)."""
-        from layerwise.evaluation.report import bar_plot, write_json, write_text
+        from layerwise.evaluation.report import interval_plot, write_json, write_text
 
         specs = self.unsharded()
         rows, picks = self.table_rows(specs)
@@ -273,12 +273,9 @@ class PoolingGrid(Grid):
         write_text(md, self.markdown(rows, picks))
         write_json(json_path, {"settings": self.settings(), "pooler_lr": picks, "rows": rows})
         written = [md, json_path]
-        bars = [(f"{r['objective'][:5]} {r['pooler']}" + ("" if r["mode"] == "full" else f" ({r['mode']})"),
-                 {c: r["metrics"][c]["mean"] for c in ("STS-B dev", "STS-B test")
-                  if r["metrics"].get(c, {}).get("mean") is not None})
-                for r in rows if r["objective"] != "untrained" and r["mode"] in ("full", "static")]
-        if any(cells for _, cells in bars):
-            bar_plot([b for b in bars if b[1]], png, title="STS-B Spearman x100, mean over seeds")
+        points = plot_points(rows)
+        if points:
+            interval_plot(points, png, title="STS-B Spearman x100, mean ± std over seeds", columns=list(STS_COLUMNS))
             written.append(png)
         return written
 
@@ -367,3 +364,21 @@ class PoolingGrid(Grid):
                 lines.append(f"- {name}: {chosen} (dev by lr: {tried or 'none finished'})")
             lines.append("")
         return "\n".join(lines)
+
+
+STS_COLUMNS = ("STS-B dev", "STS-B test")
+
+
+def plot_points(rows: list[dict]) -> list[tuple[str, str, dict[str, tuple[float, float | None]]]]:
+    """The figure's rows: (label, objective, {"STS-B dev"/"STS-B test": (mean, std)}) for the trained poolers and
+    their static modes (the other inference modes are in the table only), rows without a score left out."""
+    points = []
+    for r in rows:
+        if r["mode"] not in ("full", "static"):
+            continue
+        cells = {c: (r["metrics"][c]["mean"], r["metrics"][c].get("std")) for c in STS_COLUMNS
+                 if r["metrics"].get(c, {}).get("mean") is not None}
+        if cells:
+            label = f"{r['objective']} {r['pooler']}" + ("" if r["mode"] == "full" else f" ({r['mode']})")
+            points.append((label, r["objective"], cells))
+    return points
