@@ -104,13 +104,20 @@ def bar_plot(rows: list[Row], path: Path, title: str = "") -> None:
     ax.margins(y=0.15)
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, never over them
     fig.tight_layout()
+    _save_figure(fig, path)
+
+
+def _save_figure(fig, path: Path) -> None:
+    """Save atomically in the format the suffix names, then free the figure."""
+    import matplotlib.pyplot as plt
+
     try:
         _atomic(path, lambda tmp: fig.savefig(tmp, format=Path(path).suffix.lstrip(".") or "png", dpi=120))
     finally:
         plt.close(fig)
 
 
-Interval = tuple[float, float]  # (mean, std); std is nan for a single seed
+Interval = tuple[float, float | None]  # (mean, std); std is None (or nan) for a single seed
 IntervalRow = tuple[str, str, dict[str, Interval]]  # (label, group that picks the colour, {column: interval})
 
 
@@ -153,7 +160,4 @@ def interval_plot(rows: list[IntervalRow], path: Path, title: str = "", span: fl
     axes[0][0].set_yticks(y, [label for label, _, _ in rows], fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
-    try:
-        _atomic(path, lambda tmp: fig.savefig(tmp, format=Path(path).suffix.lstrip(".") or "png", dpi=120))
-    finally:
-        plt.close(fig)
+    _save_figure(fig, path)

@@ -370,8 +370,8 @@ STS_COLUMNS = ("STS-B dev", "STS-B test")
 
 
 def plot_points(rows: list[dict]) -> list[tuple[str, str, dict[str, tuple[float, float | None]]]]:
-    """The figure's rows: (label, objective, {"STS-B dev"/"STS-B test": (mean, std)}) for the trained poolers and
-    their static modes (the other inference modes are in the table only), rows without a score left out."""
+    """The figure's rows: (label, objective, {"STS-B dev"/"STS-B test": (mean, std)}) for each pooler's `full` and
+    `static` rows (the other inference modes are in the table only), rows without a score left out."""
     points = []
     for r in rows:
         if r["mode"] not in ("full", "static"):
