@@ -315,16 +315,15 @@ def test_failed_post_of_a_finished_run_is_recorded_and_the_grid_goes_on(tiny_ber
 def test_pooling_figure_points_keep_full_and_static_rows_with_their_mean_and_std():
     from layerwise.reproduce.pooling import plot_points
 
-    def row(objective, pooler, mode, **cells):
-        return {"objective": objective, "pooler": pooler, "mode": mode,
-                "metrics": {name.replace("_", " ").replace("STS B", "STS-B"): stat for name, stat in cells.items()}}
+    def row(objective, pooler, mode, dev=None, test=None):
+        metrics = {name: stat for name, stat in (("STS-B dev", dev), ("STS-B test", test)) if stat is not None}
+        return {"objective": objective, "pooler": pooler, "mode": mode, "metrics": metrics}
 
-    rows = [row("untrained", "avg_last", "full", STS_B_test={"mean": 82.0, "std": None}),
-            row("supervised", "layer_att", "full", STS_B_dev={"mean": 85.9, "std": 0.2},
-                STS_B_test={"mean": 81.3, "std": 0.4}),
-            row("supervised", "layer_att", "static", STS_B_test={"mean": 82.2, "std": 0.0}),
-            row("supervised", "layer_att", "cls_last", STS_B_test={"mean": 73.7, "std": 0.2}),
-            row("hybrid", "layer_att_cls", "full", STS_B_test={"mean": None, "std": None})]
+    rows = [row("untrained", "avg_last", "full", test={"mean": 82.0, "std": None}),
+            row("supervised", "layer_att", "full", dev={"mean": 85.9, "std": 0.2}, test={"mean": 81.3, "std": 0.4}),
+            row("supervised", "layer_att", "static", test={"mean": 82.2, "std": 0.0}),
+            row("supervised", "layer_att", "cls_last", test={"mean": 73.7, "std": 0.2}),
+            row("hybrid", "layer_att_cls", "full", test={"mean": None, "std": None})]
     assert plot_points(rows) == [
         ("untrained avg_last", "untrained", {"STS-B test": (82.0, None)}),
         ("supervised layer_att", "supervised", {"STS-B dev": (85.9, 0.2), "STS-B test": (81.3, 0.4)}),
