@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -69,13 +68,16 @@ def _figure():
     return plt
 
 
-def save_figure(fig: Any, path: Path) -> Path:
-    """Save atomically (temp file, then rename) and close the figure."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.stem + ".tmp" + path.suffix)
-    fig.savefig(tmp, dpi=120, bbox_inches="tight")
-    _figure().close(fig)
-    os.replace(tmp, path)
+def save_figure(fig: Any, path: Path, bbox_inches: str | None = "tight") -> Path:
+    """Save atomically (temporary file, then rename; the format from the suffix, png without one) and close the
+    figure."""
+    from layerwise.evaluation.report import atomic_write
+
+    fmt = path.suffix.lstrip(".") or "png"
+    try:
+        atomic_write(path, lambda tmp: fig.savefig(tmp, format=fmt, dpi=120, bbox_inches=bbox_inches))
+    finally:
+        _figure().close(fig)
     return path
 
 

@@ -10,6 +10,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from layerwise.plots import save_figure
+
 Row = tuple[str, dict[str, float]]  # (label, {column: value})
 
 SPACE_COLUMNS = {"alignment": "alignment", "uniformity": "uniformity", "anisotropy": "anisotropy",
@@ -53,7 +55,8 @@ def table_json(rows: list[Row]) -> dict[str, Any]:
     return {"columns": columns_of(rows), "rows": [{"label": label, **cells} for label, cells in rows]}
 
 
-def _atomic(path: Path, write) -> None:
+def atomic_write(path: Path, write) -> None:
+    """Call write(tmp) on a temporary file beside path, then rename it over path (removed again on failure)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix or ".tmp")
@@ -75,7 +78,7 @@ def _umask() -> int:
 
 def write_text(path: Path, text: str) -> None:
     """Write a text file atomically."""
-    _atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def write_json(path: Path, obj: Any) -> None:
@@ -104,17 +107,7 @@ def bar_plot(rows: list[Row], path: Path, title: str = "") -> None:
     ax.margins(y=0.15)
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, never over them
     fig.tight_layout()
-    _save_figure(fig, path)
-
-
-def _save_figure(fig, path: Path) -> None:
-    """Save atomically in the format the suffix names, then free the figure."""
-    import matplotlib.pyplot as plt
-
-    try:
-        _atomic(path, lambda tmp: fig.savefig(tmp, format=Path(path).suffix.lstrip(".") or "png", dpi=120))
-    finally:
-        plt.close(fig)
+    save_figure(fig, Path(path), bbox_inches=None)
 
 
 Interval = tuple[float, float | None]  # (mean, std); std is None (or nan) for a single seed
@@ -136,7 +129,7 @@ def interval_plot(rows: list[IntervalRow], path: Path, title: str = "", span: fl
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cols = columns or list(dict.fromkeys(col for _, _, cells in rows for col in cells))
+    cols = columns or columns_of([(label, cells) for label, _, cells in rows])
     groups = list(dict.fromkeys(group for _, group, _ in rows))
     colours = {g: plt.get_cmap("tab10")(i % 10) for i, g in enumerate(groups)}
     fig, axes = plt.subplots(1, len(cols), sharey=True, squeeze=False,
@@ -160,4 +153,4 @@ def interval_plot(rows: list[IntervalRow], path: Path, title: str = "", span: fl
     axes[0][0].set_yticks(y, [label for label, _, _ in rows], fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
-    _save_figure(fig, path)
+    save_figure(fig, Path(path), bbox_inches=None)

@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from layerwise.config import build_config, non_negative, positive
 from layerwise.errors import ConfigError, LayerwiseError
+from layerwise.evaluation.report import IntervalRow
 from layerwise.reproduce.grid import Grid
 from layerwise.reproduce.plan import RunSpec, dedupe, read_results, shard, slug
 from layerwise.reproduce.tables import fmt_cell, fmt_p, markdown, mean_std, paired_test
@@ -369,7 +370,7 @@ class PoolingGrid(Grid):
 STS_COLUMNS = ("STS-B dev", "STS-B test")
 
 
-def plot_points(rows: list[dict]) -> list[tuple[str, str, dict[str, tuple[float, float | None]]]]:
+def plot_points(rows: list[dict]) -> list[IntervalRow]:
     """The figure's rows: (label, objective, {"STS-B dev"/"STS-B test": (mean, std)}) for each pooler's `full` and
     `static` rows (the other inference modes are in the table only), rows without a score left out."""
     points = []
