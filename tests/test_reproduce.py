@@ -170,6 +170,33 @@ def test_dry_run_lists_runs_with_an_estimate(tiny_bert, tiny_data, tmp_path, cap
     assert rows[0]["state"] == "finished" and {r["source"] for r in rows[1:]} == {"measured"}
 
 
+def test_estimate_uses_the_rate_measured_on_the_same_task(tmp_path):
+    from layerwise.reproduce.plan import estimate_seconds, measured_rates, results_path
+    from layerwise.training.finetune import FinetuneConfig
+
+    def spec(task: str, seed: int) -> RunSpec:
+        return RunSpec("finetune", task, seed, FinetuneConfig(task=task), group=task)
+
+    def finish(run: RunSpec, steps: int, seconds: float) -> None:
+        path = results_path(run, tmp_path)
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps({"steps": steps, "train_seconds": seconds}), encoding="utf-8")
+
+    cola, rte, mrpc = spec("cola", 0), spec("rte", 0), spec("mrpc", 0)
+    finish(cola, 100, 100.0)  # 1 s per step
+    finish(rte, 100, 500.0)  # 5 s per step: longer sentences
+    rates = measured_rates([cola, rte, mrpc], tmp_path, sentences=lambda cfg: 1)
+    batch = FinetuneConfig().train.batch_size
+
+    def estimate(task: str) -> tuple[float | None, str]:
+        return estimate_seconds("finetune", FinetuneConfig(task=task), 10, rates, sentences=lambda cfg: 1)
+
+    assert estimate("rte") == (pytest.approx(50.0), "measured")
+    assert estimate("cola") == (pytest.approx(10.0), "measured")
+    assert estimate("mrpc") == (pytest.approx(30.0), "measured")  # no MRPC run yet: the model's rate on all tasks
+    assert rates[("finetune", "all-MiniLM-L6-v2", "cpu", "rte")] == pytest.approx(5.0 / batch)
+
+
 def test_attendout_dry_run_orders_scheduled_after_attendout(tiny_bert, tmp_path, capsys):
     from test_finetune import write_cola
 

@@ -141,8 +141,6 @@ def shard(specs: list[RunSpec], text: str) -> list[RunSpec]:
 # --------------------------------------------------------------------------------------------- estimate
 def model_size(model: str) -> str:
     """tiny / small / base / large from a local config.json (hidden^2 x layers) or the name."""
-    import json
-
     from layerwise.modeling.backbone import resolve_model_path
 
     try:
@@ -168,10 +166,15 @@ def device_kind(device: str) -> str:
     return "cpu"
 
 
-def measured_rates(specs: list[RunSpec], out: Path, sentences: Callable[[Any], int]) -> dict[tuple, float]:
-    """Seconds per sentence measured on the finished runs in `out`, per (kind, model, device kind)."""
-    import json
+def workload(cfg: Any) -> str:
+    """What the run trains on, as far as its cost per sentence goes: the GLUE task or the embedding objective
+    (CoLA's sentences are a fifth as long as RTE's, so one rate for both would be far off)."""
+    return str(getattr(cfg, "task", None) or getattr(cfg, "objective", None) or "")
 
+
+def measured_rates(specs: list[RunSpec], out: Path, sentences: Callable[[Any], int]) -> dict[tuple, float]:
+    """Seconds per sentence measured on the finished runs in `out`: per (kind, model, device kind, workload), and
+    per (kind, model, device kind) over every workload, the fallback for a workload with no finished run."""
     totals: dict[tuple, list[float]] = {}
     for spec in specs:
         path = results_path(spec, out) if spec.config is not None else None
@@ -182,23 +185,26 @@ def measured_rates(specs: list[RunSpec], out: Path, sentences: Callable[[Any], i
         if steps and seconds:
             cfg = spec.config
             work = steps * cfg.train.batch_size * cfg.train.grad_accum * sentences(cfg)
-            bucket = totals.setdefault((spec.kind, cfg.model, device_kind(cfg.train.device)), [0, 0])
-            bucket[0] += seconds
-            bucket[1] += work
+            model_key = (spec.kind, cfg.model, device_kind(cfg.train.device))
+            for key in (model_key, (*model_key, workload(cfg))):
+                bucket = totals.setdefault(key, [0, 0])
+                bucket[0] += seconds
+                bucket[1] += work
     return {k: s / w for k, (s, w) in totals.items() if w}
 
 
 def estimate_seconds(kind: str, cfg: Any, steps: int | None, rates: dict[tuple, float],
                      sentences: Callable[[Any], int]) -> tuple[float | None, str]:
-    """(seconds, "measured" | "constant") for one run of `steps` optimizer steps of config `cfg`."""
+    """(seconds, "measured" | "constant") for one run of `steps` optimizer steps of config `cfg`: the measured
+    rate of its workload, else of its model on any workload, else the constant of its model size."""
     if cfg is None or steps is None:
         return None, "unknown"
-    device = device_kind(cfg.train.device)
+    model_key = (kind, cfg.model, device_kind(cfg.train.device))
     work = steps * cfg.train.batch_size * cfg.train.grad_accum * sentences(cfg)
-    rate = rates.get((kind, cfg.model, device))
+    rate = rates.get((*model_key, workload(cfg)), rates.get(model_key))
     if rate is not None:
         return work * rate, "measured"
-    return work * SECONDS_PER_SENTENCE[(model_size(cfg.model), device)], "constant"
+    return work * SECONDS_PER_SENTENCE[(model_size(cfg.model), model_key[2])], "constant"
 
 
 def total_steps(train_cfg: Any, examples: int) -> int:
