@@ -127,6 +127,7 @@ def test_tuning_scores_are_listed_in_learning_rate_order_whichever_is_picked(tin
     grid.report()
     md = (tmp_path / "pooling.md").read_text(encoding="utf-8")
     assert "supervised/layer_att_res: 0.01 (dev by lr: 0.0001: 80.00, 0.001: 82.00, 0.01: 84.00)" in md
+    assert "`--set`: train.batch_size=4." in md and "Config-file settings" not in md  # no file given
 
 
 def test_runner_skips_finished_records_failures_and_goes_on(tiny_bert, tiny_data, tmp_path):
@@ -270,7 +271,7 @@ def test_bad_options_are_one_line_errors(tiny_bert, tiny_data, tmp_path, capsys,
 
 @pytest.mark.parametrize("name, runs", [("pooling-bert-base", 58), ("pooling-roberta-large", 58),
                                         ("attendout-bert-base", 30), ("attendout-roberta-large", 30),
-                                        ("attendout-cola-sweep", 10)])
+                                        ("attendout-cola-sweep", 10), ("attendout-sst2-cpu", 18)])
 def test_paper_configs_resolve(name, runs, tiny_bert, tiny_data, tmp_path, capsys):
     from test_finetune import write_cola
 

@@ -63,8 +63,8 @@ def test_attendout_grid_runs_scheduled_bernoulli_on_the_learned_pattern(tiny_ber
 
     data, out = write_cola(tmp_path / "data", train=24, dev=10), tmp_path / "out"
     variants = tmp_path / "variants.yaml"
-    variants.write_text("variants:\n  coop:\n    dropout: attendout\n    drop: {objective: cooperative}\n",
-                        encoding="utf-8")
+    variants.write_text("variants:\n  coop:\n    dropout: attendout\n    drop: {objective: cooperative}\n"
+                        "per_task:\n  cola: {max_length: 32}\n", encoding="utf-8")
     assert main(["reproduce", "attendout", "--config", str(variants), "--model", str(tiny_bert), "--data-dir",
                  str(data), "--output-dir", str(out), "--seeds", "1", "--tasks", "cola", "--strategies",
                  "standard,scheduled_bernoulli,coop", "--max-steps", "2", "--device", "cpu", "--set",
@@ -86,6 +86,9 @@ def test_attendout_grid_runs_scheduled_bernoulli_on_the_learned_pattern(tiny_ber
     assert "| strategy | cola matthews | cola p |" in md and "| standard |" in md and "ref." in md
     assert "| attendout |" in md and "n/a" in md  # one seed: no p-value
     assert "| coop |" in md and "`coop` = attendout with drop.objective=cooperative" in md
+    assert "Config-file settings: `per_task.cola`: max_length=32." in md  # the table says what it ran
+    assert "`--set`: train.batch_size=8, train.log_every=1." in md
+    assert yaml.safe_load((scheduled / "config.yaml").read_text(encoding="utf-8"))["max_length"] == 32
     summary = json.loads((out / "attendout.json").read_text(encoding="utf-8"))
     assert summary["tasks"]["cola"]["strategies"]["attendout"]["paired"]["n"] == 1
     assert (out / "convergence-cola.png").is_file() and (out / "drop-heatmap-cola.png").is_file()

@@ -264,7 +264,7 @@ class AttendoutGrid(Grid):
                  "seeds). scheduled_bernoulli follows the per-layer pattern learned by the attendout run of the same "
                  "task and seed." + (f" Training capped at {o.max_steps} steps." if o.max_steps else "")
                  + (f" Train and dev subsets of {o.subset} examples." if o.subset else ""), "",
-                 markdown(header, rows), "", *self._variant_lines(),
+                 markdown(header, rows), "", *self._variant_lines(), *self.settings_lines(),
                  "Paired tests against `standard` (Wilcoxon signed-rank from 6 paired seeds on):", "",
                  markdown(detail_header, detail, align_right_from=3) if detail else "(no finished pairs yet)\n"]
         if figures:

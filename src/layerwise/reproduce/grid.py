@@ -33,3 +33,13 @@ class Grid:
         from dataclasses import asdict
 
         return {**asdict(self.opts), "sections": self.sections, "overrides": self.overrides}
+
+    def settings_lines(self) -> list[str]:
+        """The report's note of what the config file and `--set` changed from the defaults (named variants are
+        listed by the attendout report itself), so a table never hides, say, a per-task subset."""
+        parts = [f"`{name}`: " + ", ".join(f"{key}={value}" for key, value in values.items())
+                 for name, values in self.sections.items() if values and not name.startswith("variants.")]
+        lines = [f"Config-file settings: {'; '.join(parts)}.", ""] if parts else []
+        if self.overrides:
+            lines += ["`--set`: " + ", ".join(self.overrides) + ".", ""]
+        return lines

@@ -355,7 +355,7 @@ class PoolingGrid(Grid):
                  + (f" Training capped at {o.max_steps} steps." if o.max_steps else "")
                  + (f" Training subset {o.subset}." if o.subset else "")
                  + (f" STS-B scored on its first {o.eval_subset} pairs only." if o.eval_subset else ""), "",
-                 markdown(header, table, align_right_from=4)]
+                 markdown(header, table, align_right_from=4), *self.settings_lines()]
         if picks:
             lines += ["Pooler learning rate, tuned on STS-B dev (best checkpoint, seed 0; test never used):", ""]
             for name, pick in picks.items():
