@@ -48,6 +48,11 @@ def test_paired_test_matches_scipy_on_a_hand_example():
     assert paired_test({0: 1.0, 1: 2.0}, {0: 1.0, 1: 2.0})["p_ttest"] is None  # identical: no p, not a crash
     shifted = paired_test({0: 3.0, 1: 4.0}, {0: 1.0, 1: 2.0})  # every difference +2: t infinite, no p of 0
     assert shifted["mean_diff"] == 2.0 and shifted["p_ttest"] is None and shifted["t"] is None
+    rte = paired_test({0: 158 / 277 * 100, 1: 161 / 277 * 100}, {0: 160 / 277 * 100, 1: 163 / 277 * 100})
+    assert rte["p_ttest"] is None and rte["t"] is None  # the same 2-example gap, equal up to rounding: no p of 1e-15
+    assert rte["mean_diff"] == pytest.approx(-200 / 277)
+    close = paired_test({0: 58.1, 1: 57.4}, {0: 58.8, 1: 58.1 + 1e-6})  # a real, if tiny, spread: tested
+    assert close["p_ttest"] is not None
 
 
 def test_mean_std_cells_and_markdown():
