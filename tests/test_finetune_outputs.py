@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from layerwise.cli import main
@@ -72,3 +73,21 @@ def test_attendout_pattern_drives_scheduled_bernoulli(tiny_bert, tmp_path, capsy
     names = sorted(p.name for p in (tmp_path / "figs").iterdir())
     assert names == ["attendout-drop_pattern.png", "baseline-drop_pattern.png", "convergence.png"]
     capsys.readouterr()
+
+
+def test_convergence_curve_is_the_mean_over_seeds_with_a_std_band(tmp_path):
+    from layerwise.plots import convergence, mean_curve
+
+    steps, mean, std = mean_curve([[(10, 1.0), (20, 3.0)], [(10, 3.0), (20, 5.0), (30, 7.0)]])
+    assert steps.tolist() == [10, 20, 30] and mean.tolist() == [2.0, 4.0, 7.0]
+    assert std[:2] == pytest.approx([2 ** 0.5, 2 ** 0.5]) and np.isnan(std[2])  # one run at step 30: no band
+    seeds = [fake_run(tmp_path, f"seed{k}") for k in range(2)]
+    path = convergence({"attendout": seeds, "standard": [fake_run(tmp_path, "std")]}, tmp_path / "c.png")
+    assert path.is_file() and path.stat().st_size > 1000
+
+
+def test_plot_labels_runs_of_the_same_name_by_path(tmp_path):
+    from layerwise.commands.plot import run_labels
+
+    a, b, c = fake_run(tmp_path / "x", "run"), fake_run(tmp_path / "y", "run"), fake_run(tmp_path, "other")
+    assert run_labels([a, b, c]) == {str(a): [a], str(b): [b], "other": [c]}

@@ -1,14 +1,14 @@
 """Figures drawn from a run directory's files only (metrics.jsonl, results.json): no model is loaded.
 
 - drop_heatmap: the per-layer drop rate logged every N steps, as a layer-by-step heatmap.
-- convergence: dev metric and train loss against steps, several runs on one figure.
+- convergence: dev metric and train loss against steps, one line per group of runs (mean ± std over seeds).
 """
 from __future__ import annotations
 
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -97,26 +97,56 @@ def drop_heatmap(run_dir: Path, path: Path) -> Path:
     return save_figure(fig, path)
 
 
-def convergence(run_dirs: list[Path], path: Path) -> Path:
-    """Dev metric and train loss against steps for several runs, one line per run, into `path`."""
+Curve = tuple[np.ndarray, np.ndarray, np.ndarray]  # (steps, mean, sample std: NaN where one run has the step)
+
+
+def mean_curve(series: Sequence[Sequence[tuple[float, float]]]) -> Curve:
+    """The mean and sample std over runs at every step any run has: a band over seeds of one configuration."""
+    by_step: dict[float, list[float]] = {}
+    for points in series:
+        for step, value in points:
+            by_step.setdefault(step, []).append(float(value))
+    steps = np.array(sorted(by_step))
+    values = [by_step[s] for s in steps]
+    mean = np.array([np.mean(v) for v in values])
+    std = np.array([np.std(v, ddof=1) if len(v) > 1 else np.nan for v in values])
+    return steps, mean, std
+
+
+def run_curves(run_dir: Path) -> tuple[str | None, list[tuple[float, float]], list[tuple[float, float]]]:
+    """(main dev metric, [(step, dev metric)], [(step, train task loss)]) of one run's metrics.jsonl."""
+    records = read_metrics(run_dir)
+    metric = run_metric(run_dir, records)
+    evals = [(r["step"], r["eval"][metric]) for r in records if metric and metric in r.get("eval", {})]
+    loss = [(r["step"], r.get("task_loss", r["loss"])) for r in records if "loss" in r]
+    return metric, evals, loss
+
+
+def convergence(groups: Mapping[str, Sequence[Path]], path: Path, title: str = "convergence") -> Path:
+    """Dev metric and train loss against steps into `path`, one line per group of runs (one configuration's
+    seeds, or a single run): the mean over the group's runs, with a band of ± one std where two or more have the
+    step; the legend gives each group's number of runs."""
     plt = _figure()
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 7), sharex=True)
     metrics = set()
-    for run_dir in run_dirs:
-        records = read_metrics(run_dir)
-        label = Path(run_dir).name
-        metric = run_metric(run_dir, records)
-        evals = [(r["step"], r["eval"][metric]) for r in records if metric and metric in r.get("eval", {})]
-        if evals:
-            metrics.add(metric)
-            top.plot(*zip(*evals), marker="o", label=label)
-        loss = [(r["step"], r.get("task_loss", r["loss"])) for r in records if "loss" in r]
-        if loss:
-            bottom.plot(*zip(*loss), label=label)
-    top.set(ylabel=f"dev {' / '.join(sorted(metrics)) or 'metric'}", title="convergence")
+    for label, run_dirs in groups.items():
+        curves = [run_curves(run_dir) for run_dir in run_dirs]
+        metrics |= {metric for metric, evals, _ in curves if metric and evals}
+        name = label if len(run_dirs) == 1 else f"{label} (n={len(run_dirs)})"
+        for ax, series, marker in ((top, [c[1] for c in curves], "o"), (bottom, [c[2] for c in curves], None)):
+            if any(series):
+                _draw_band(ax, mean_curve(series), name, marker)
+    top.set(ylabel=f"dev {' / '.join(sorted(metrics)) or 'metric'}", title=title)
     bottom.set(xlabel="step", ylabel="train loss")
     for ax in (top, bottom):
         ax.grid(alpha=0.3)
         if ax.lines:
             ax.legend(fontsize=8)
     return save_figure(fig, path)
+
+
+def _draw_band(ax: Any, curve: Curve, label: str, marker: str | None) -> None:
+    steps, mean, std = curve
+    line, = ax.plot(steps, mean, marker=marker, label=label)
+    if np.isfinite(std).any():
+        ax.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.15, linewidth=0)

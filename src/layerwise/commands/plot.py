@@ -33,7 +33,13 @@ def run(args) -> int:
             raise LayerwiseError("no run logged drop rates (runs with --dropout none have none)")
         written += [drop_heatmap(r, out / f"{r.resolve().name}-drop_pattern.png") for r in with_rates]
     if args.kind in ("all", "curves"):
-        written.append(convergence(runs, out / "convergence.png"))
+        written.append(convergence(run_labels(runs), out / "convergence.png"))
     for path in written:
         print(path)
     return 0
+
+
+def run_labels(runs: list[Path]) -> dict[str, list[Path]]:
+    """Each run on its own line of the figure, labelled by its directory name (its path where two names clash)."""
+    names = [r.resolve().name for r in runs]
+    return {(name if names.count(name) == 1 else str(r)): [r] for name, r in zip(names, runs)}

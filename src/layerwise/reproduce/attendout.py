@@ -200,22 +200,24 @@ class AttendoutGrid(Grid):
         return [md, json_path, *figures]
 
     def figures(self, specs: list[RunSpec]) -> list[Path]:
-        """convergence-<task>.png and drop-heatmap-<task>[-<variant>].png from each strategy's lowest finished seed."""
+        """convergence-<task>.png over every finished seed of each strategy (mean ± std), and
+        drop-heatmap-<task>[-<variant>].png from each attendout strategy's lowest finished seed."""
         from layerwise.plots import convergence, drop_heatmap
 
         written = []
         for task in self.opts.tasks:
-            lowest: dict[str, RunSpec] = {}
+            finished: dict[str, list[RunSpec]] = {}
             for spec in sorted(specs, key=lambda s: s.seed):
-                if spec.meta["task"] == task and spec.meta["strategy"] not in lowest and is_finished(spec, self.out):
-                    lowest[spec.meta["strategy"]] = spec
-            runs = [lowest[s].run_dir(self.out) for s in self.strategies() if s in lowest]
-            if runs:
-                written.append(convergence(runs, self.out / f"convergence-{task}.png"))
-            for strategy in [s for s in self.strategies() if s in lowest and self.base(s) == "attendout"]:
+                if spec.meta["task"] == task and is_finished(spec, self.out):
+                    finished.setdefault(spec.meta["strategy"], []).append(spec)
+            groups = {s: [spec.run_dir(self.out) for spec in finished[s]] for s in self.strategies() if s in finished}
+            if groups:
+                written.append(convergence(groups, self.out / f"convergence-{task}.png",
+                                           title=f"{task}: mean ± std over seeds"))
+            for strategy in [s for s in self.strategies() if s in finished and self.base(s) == "attendout"]:
                 suffix = "" if strategy == "attendout" else f"-{strategy}"
                 try:
-                    written.append(drop_heatmap(lowest[strategy].run_dir(self.out),
+                    written.append(drop_heatmap(finished[strategy][0].run_dir(self.out),
                                                 self.out / f"drop-heatmap-{task}{suffix}.png"))
                 except LayerwiseError as exc:
                     self.log(f"[reproduce] no heatmap for {task} {strategy}: {exc}")
