@@ -263,8 +263,9 @@ class AttendoutGrid(Grid):
                  f"Spearman/Pearson; others: accuracy), mean ± std over seeds (sample std); (n=k) marks a cell with "
                  f"fewer than {o.seeds} finished seeds. `p`: two-sided paired t-test across seeds against "
                  f"`{REFERENCE}` on the task's main metric (scipy.stats.ttest_rel; n/a with fewer than 2 paired "
-                 "seeds or the same difference on every seed, where the test is undefined). scheduled_bernoulli follows the per-layer pattern learned by the attendout run of the same "
-                 "task and seed." + (f" Training capped at {o.max_steps} steps." if o.max_steps else "")
+                 "seeds or the same difference on every seed, where the test is undefined). scheduled_bernoulli "
+                 "follows the per-layer pattern learned by the attendout run of the same task and seed."
+                 + (f" Training capped at {o.max_steps} steps." if o.max_steps else "")
                  + (f" Train and dev subsets of {o.subset} examples." if o.subset else ""), "",
                  markdown(header, rows), "", *self._variant_lines(), *self.settings_lines(),
                  "Paired tests against `standard` (Wilcoxon signed-rank from 6 paired seeds on):", "",
