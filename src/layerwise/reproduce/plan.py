@@ -168,7 +168,7 @@ def device_kind(device: str) -> str:
 
 def workload(cfg: Any) -> str:
     """What the run trains on, as far as its cost per sentence goes: the GLUE task or the embedding objective
-    (CoLA's sentences are a fifth as long as RTE's, so one rate for both would be far off)."""
+    (a CoLA step took a fifth of the time of an RTE step here, so one rate for both is far off)."""
     return str(getattr(cfg, "task", None) or getattr(cfg, "objective", None) or "")
 
 
