@@ -12,7 +12,8 @@ from layerwise.errors import ConfigError, DataError
 from layerwise.registry import DROPOUT_STRATEGIES
 from layerwise.regularization import DropoutOptions, build_strategy
 from layerwise.regularization.attendout import AttendOut, load_gnet, save_gnet
-from layerwise.regularization.pattern import read_pattern_rates, write_json
+from layerwise.atomic import write_json
+from layerwise.regularization.pattern import read_pattern_rates
 
 ARCHS = ("bert", "roberta", "electra")
 STRATEGIES = ("none", "standard", "attendout", "layerdrop", "attn_layerdrop", "scheduled_bernoulli")

@@ -6,7 +6,8 @@ import stat
 
 import pytest
 
-from layerwise.evaluation.report import axis_range, bar_plot, interval_plot, write_text
+from layerwise.atomic import write_text
+from layerwise.evaluation.report import axis_range, bar_plot, interval_plot
 
 
 def test_atomic_writes_get_the_umask_permissions_not_mkstemps_0600(tmp_path):

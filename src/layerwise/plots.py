@@ -12,6 +12,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from layerwise.atomic import atomic_write
 from layerwise.errors import DataError
 
 LAYER_KEY = re.compile(r"^drop/layer(\d+)$")
@@ -71,8 +72,6 @@ def _figure():
 def save_figure(fig: Any, path: Path, bbox_inches: str | None = "tight") -> Path:
     """Save atomically (temporary file, then rename; the format from the suffix, png without one) and close the
     figure."""
-    from layerwise.evaluation.report import atomic_write
-
     fmt = path.suffix.lstrip(".") or "png"
     try:
         atomic_write(path, lambda tmp: fig.savefig(tmp, format=fmt, dpi=120, bbox_inches=bbox_inches))
@@ -106,11 +105,13 @@ def mean_curve(series: Sequence[Sequence[tuple[float, float]]]) -> Curve:
     for points in series:
         for step, value in points:
             by_step.setdefault(step, []).append(float(value))
-    steps = np.array(sorted(by_step))
-    values = [by_step[s] for s in steps]
-    mean = np.array([np.mean(v) for v in values])
-    std = np.array([np.std(v, ddof=1) if len(v) > 1 else np.nan for v in values])
-    return steps, mean, std
+    from layerwise.reproduce.tables import mean_std
+
+    steps = sorted(by_step)
+    stats = [mean_std(by_step[step]) for step in steps]
+    mean = np.array([s["mean"] for s in stats])
+    std = np.array([np.nan if s["std"] is None else s["std"] for s in stats])
+    return np.array(steps), mean, std
 
 
 def run_curves(run_dir: Path) -> tuple[str | None, list[tuple[float, float]], list[tuple[float, float]]]:

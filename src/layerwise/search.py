@@ -21,6 +21,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from layerwise.atomic import write_json
 from layerwise.data.readers import iter_lines
 from layerwise.errors import ConfigError, DataError, LayerwiseError
 
@@ -131,12 +132,6 @@ def _load_cached(npy: Path, meta: Path, key: dict[str, Any], count: int) -> np.n
     return matrix
 
 
-def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def _prune(folder: Path, corpus: Path, key: dict[str, Any], keep: Path) -> None:
     """Remove the entries of the same corpus file and model that hold other corpus contents (stale)."""
     model = _model_hash(key)
@@ -176,7 +171,7 @@ def build_corpus(encoder: Any, corpus: str | Path, model: str, cache_dir: str | 
         log(f"embedding {len(texts)} documents of {corpus} (cached in {npy})")
     meta.unlink(missing_ok=True)  # the metadata marks a complete entry: remove it before rewriting the matrix
     write_embeddings(encoder, texts, npy, batch_size, normalize=True)
-    _write_json(meta, {"key": key, "model_hash": _model_hash(key), "corpus": str(corpus.resolve()),
+    write_json(meta, {"key": key, "model_hash": _model_hash(key), "corpus": str(corpus.resolve()),
                        "documents": len(texts)})
     _prune(npy.parent, corpus, key, meta)
     return Corpus(corpus, texts, lines, np.load(npy, mmap_mode="r"), npy, encoded=True)

@@ -80,7 +80,8 @@ def runs(args) -> list[dict[str, Any]]:
 
 def evaluate_all(args, kind: str, evaluate: Callable[[Any], dict], describe: Callable[[dict], str]) -> int:
     """Load each model/mode in turn, evaluate it, print its details, then the comparison; write the files."""
-    from layerwise.evaluation.report import bar_plot, headline, markdown_table, table_json, write_json, write_text
+    from layerwise.atomic import write_json, write_text
+    from layerwise.evaluation.report import bar_plot, headline, markdown_table, table_json
 
     results, rows = [], []
     for run in runs(args):

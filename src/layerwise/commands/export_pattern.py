@@ -5,7 +5,8 @@ from pathlib import Path
 
 from layerwise.errors import DataError, LayerwiseError
 from layerwise.plots import drop_matrix, read_metrics
-from layerwise.regularization.pattern import RUN_PATTERN, read_json, write_json
+from layerwise.atomic import write_json
+from layerwise.regularization.pattern import RUN_PATTERN, read_json
 
 
 def add_parser(subparsers) -> None:

@@ -1,12 +1,9 @@
 """Comparison tables (rows = models or inference modes, columns = tasks) as Markdown and JSON, and a bar chart.
 
-Files are written whole or not at all (a temporary file in the same directory, then os.replace).
+Files are written whole or not at all (layerwise.atomic).
 """
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -53,37 +50,6 @@ def markdown_table(rows: list[Row], first: str = "model") -> str:
 def table_json(rows: list[Row]) -> dict[str, Any]:
     """{"columns": [...], "rows": [{"label": ..., column: value, ...}]}."""
     return {"columns": columns_of(rows), "rows": [{"label": label, **cells} for label, cells in rows]}
-
-
-def atomic_write(path: Path, write) -> None:
-    """Call write(tmp) on a temporary file beside path, then rename it over path (removed again on failure)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix or ".tmp")
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 -> what open() would have given
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def write_text(path: Path, text: str) -> None:
-    """Write a text file atomically."""
-    atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
-
-
-def write_json(path: Path, obj: Any) -> None:
-    """Write JSON atomically (indented, trailing newline)."""
-    write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
 
 
 def bar_plot(rows: list[Row], path: Path, title: str = "") -> None:

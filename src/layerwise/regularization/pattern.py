@@ -2,20 +2,12 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from layerwise.errors import DataError
 
 RUN_PATTERN = "drop_pattern.json"
-
-
-def write_json(path: Path, data: Any) -> None:
-    """Write JSON atomically (temp file, then rename)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def read_json(path: Path) -> Any:

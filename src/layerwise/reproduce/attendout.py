@@ -134,7 +134,7 @@ class AttendoutGrid(Grid):
         if spec.meta["strategy"] != "attendout":
             return
         from layerwise.commands.export_pattern import pattern_rates
-        from layerwise.regularization.pattern import write_json
+        from layerwise.atomic import write_json
 
         rates = pattern_rates(run_dir, self.opts.pattern_which)
         write_json(run_dir / PATTERN_FILE, {"rates": rates, "which": self.opts.pattern_which, "source": str(run_dir)})
@@ -187,7 +187,7 @@ class AttendoutGrid(Grid):
         return tasks
 
     def report(self) -> list[Path]:
-        from layerwise.evaluation.report import write_json, write_text
+        from layerwise.atomic import write_json, write_text
 
         specs = self.unsharded()
         summary = self.summary(specs)

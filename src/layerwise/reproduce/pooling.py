@@ -218,7 +218,7 @@ class PoolingGrid(Grid):
         from layerwise.evaluation.sts import evaluate_tasks
         from layerwise.modeling.backbone import quiet_transformers
         from layerwise.modeling.encoder import SentenceEncoder, pick_device
-        from layerwise.regularization.pattern import write_json
+        from layerwise.atomic import write_json
 
         cfg = spec.config
         modes = list(json.loads((run_dir / "eval.json").read_text(encoding="utf-8"))["trained"])
@@ -265,7 +265,8 @@ class PoolingGrid(Grid):
     # -------------------------------------------------------------------------------------- report
     def report(self) -> list[Path]:
         """pooling.md, pooling.json and pooling.png from the finished runs (partial: n < seeds)."""
-        from layerwise.evaluation.report import interval_plot, write_json, write_text
+        from layerwise.atomic import write_json, write_text
+        from layerwise.evaluation.report import interval_plot
 
         specs = self.unsharded()
         rows, picks = self.table_rows(specs)

@@ -28,7 +28,8 @@ from layerwise.modeling.encoder import count_truncated, warn_truncated
 from layerwise.evaluation.glue_metrics import glue_scores
 from layerwise.registry import DROPOUT_STRATEGIES
 from layerwise.regularization import DropoutOptions, DropoutStrategy, build_strategy
-from layerwise.regularization.pattern import RUN_PATTERN, write_json
+from layerwise.atomic import write_json
+from layerwise.regularization.pattern import RUN_PATTERN
 
 RESULTS_FILE = "results.json"
 
