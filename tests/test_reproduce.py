@@ -217,6 +217,25 @@ def test_attendout_dry_run_orders_scheduled_after_attendout(tiny_bert, tmp_path,
     assert f"waiting: {attendout_key}" in lines[2]
 
 
+def test_attendout_shards_balance_runs_and_keep_a_pattern_with_its_user(tiny_bert, tmp_path, capsys):
+    """One task, three seeds, two shards: 9 runs each (not 12 and 6 as with one group per seed), and every
+    scheduled_bernoulli run sits in the shard of the attendout run whose pattern it reads."""
+    from test_finetune import write_cola
+
+    data = write_cola(tmp_path / "data", train=20, dev=8)
+    shards = []
+    for k in range(2):
+        assert main(["reproduce", "attendout", "--model", str(tiny_bert), "--data-dir", str(data), "--output-dir",
+                     str(tmp_path / "out"), "--seeds", "3", "--tasks", "cola", "--dry-run", "--shard", f"{k}/2"]) == 0
+        shards.append([line.split()[1] for line in capsys.readouterr().out.splitlines() if "finetune-" in line])
+    assert [len(names) for names in shards] == [9, 9]
+    assert not set(shards[0]) & set(shards[1])
+    for names in shards:
+        for seed in range(3):
+            has = {n.rsplit("-", 2)[0].split("-", 2)[2] for n in names if n.rsplit("-", 2)[1] == f"seed{seed}"}
+            assert ("attendout" in has) == ("scheduled_bernoulli" in has)
+
+
 def _attendout_dry_run(tiny_bert, tmp_path, capsys, config_text: str, *extra: str) -> tuple[int, str, str]:
     from test_finetune import write_cola
 

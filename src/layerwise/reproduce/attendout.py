@@ -102,13 +102,14 @@ class AttendoutGrid(Grid):
                     after: tuple[str, ...] = ()
                     patch = None
                     pattern = ""
+                    group = f"{task}-seed{seed}-{strategy}"  # --shard unit: a run, or a pattern and its user
                     if self.base(strategy) == "scheduled_bernoulli":
                         source = made["attendout"]
-                        after = (source.key,)
+                        after, group = (source.key,), source.group
                         pattern = str((source.run_dir(self.out) / PATTERN_FILE).resolve())
                         patch = _pattern_patch(source.key)
                     spec = RunSpec(kind="finetune", name=f"{task}-{strategy}", seed=seed,
-                                   config=self.config(task, strategy, seed, pattern), group=f"{task}-seed{seed}",
+                                   config=self.config(task, strategy, seed, pattern), group=group,
                                    order=(seed, t_index, RUN_PRIORITY.index(strategy)
                                           if strategy in RUN_PRIORITY else len(RUN_PRIORITY)),
                                    after=after, roles={"main"}, meta={"task": task, "strategy": strategy},
