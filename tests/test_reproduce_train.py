@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 
 import pytest
 import yaml
@@ -93,3 +94,43 @@ def test_attendout_grid_runs_scheduled_bernoulli_on_the_learned_pattern(tiny_ber
     assert summary["tasks"]["cola"]["strategies"]["attendout"]["paired"]["n"] == 1
     assert (out / "convergence-cola.png").is_file() and (out / "drop-heatmap-cola.png").is_file()
     assert (out / "drop-heatmap-cola-coop.png").is_file()  # a variant of attendout gets its own heatmap
+
+
+def test_archive_keeps_records_without_weights_rebuilds_the_report_and_is_skipped(tiny_bert, tmp_path, capsys):
+    from test_finetune import write_cola
+
+    data, out, kept = write_cola(tmp_path / "data", train=24, dev=10), tmp_path / "out", tmp_path / "kept"
+    grid = ["reproduce", "attendout", "--model", str(tiny_bert), "--data-dir", str(data), "--seeds", "1", "--tasks",
+            "cola", "--strategies", "standard,scheduled_bernoulli", "--max-steps", "2", "--device", "cpu", "--set",
+            "train.batch_size=8", "--set", "train.log_every=1"]
+    assert main([*grid, "--output-dir", str(out)]) == 0
+    assert main([*grid, "--output-dir", str(out), "--archive", str(kept)]) == 0
+    assert "archived 3 finished run(s) of 3" in capsys.readouterr().out
+    runs = sorted((kept / "runs").iterdir())
+    assert len(runs) == 3 and all(path.is_file() for run in runs for path in run.iterdir())
+    assert all((out / "runs" / run.name / "best").is_dir() for run in runs)  # the weights stayed behind
+    attendout = next(run for run in runs if "-attendout-" in run.name)
+    assert {"config.yaml", "metrics.jsonl", "results.json", "pattern.json"} <= {p.name for p in attendout.iterdir()}
+
+    assert main([*grid, "--output-dir", str(kept), "--report"]) == 0
+    def rows(root):
+        return [line for line in (root / "attendout.md").read_text(encoding="utf-8").splitlines() if line[:1] == "|"]
+    assert rows(kept) == rows(out)  # the main table and the paired-test table, cell for cell
+    assert sum(row.startswith(("| standard |", "| attendout |", "| scheduled_bern")) for row in rows(kept)) >= 3
+    assert (kept / "convergence-cola.png").is_file() and (kept / "drop-heatmap-cola.png").is_file()
+
+    restored = tmp_path / "restored"
+    shutil.copytree(kept / "runs", restored / "runs")
+    capsys.readouterr()
+    assert main([*grid, "--output-dir", str(restored)]) == 0
+    assert "[reproduce] running" not in capsys.readouterr().out  # every archived run counts as finished
+
+
+@pytest.mark.parametrize("extra, needle", [(["--report"], "run it alone"), ([], "is the output directory itself")])
+def test_archive_bad_combinations_are_one_line_errors(tiny_bert, tmp_path, capsys, extra, needle):
+    out = tmp_path / "out"
+    target = str(out) if not extra else str(tmp_path / "kept")
+    code = main(["reproduce", "attendout", "--model", str(tiny_bert), "--data-dir", str(tmp_path), "--output-dir",
+                 str(out), "--tasks", "cola", "--archive", target, *extra])
+    err = capsys.readouterr().err
+    assert code != 0 and needle in err and "Traceback" not in err

@@ -31,6 +31,9 @@ def _common(parser: argparse.ArgumentParser, seeds: int) -> None:
                         "their time; train nothing")
     parser.add_argument("--report", action="store_true", help="only rebuild the tables and figures from the "
                         "finished runs")
+    parser.add_argument("--archive", metavar="DIR", help="copy the finished runs' records (config, metrics, "
+                        "results, learned patterns; no checkpoints or weights) to DIR/runs/ and train nothing; "
+                        "--report --output-dir DIR rebuilds the tables from them")
 
 
 def add_parser(subparsers) -> None:
@@ -99,6 +102,11 @@ def _go(grid, args) -> int:
         return _refuse(f"--shard {grid.shard} and torchrun/accelerate launch ({world} processes) cannot be "
                        "combined: either one process per GPU with --shard K/N, or one launcher over all GPUs "
                        "without --shard", rank)
+    if args.archive and (args.dry_run or args.report):
+        return _refuse(f"--archive {args.archive} trains and reports nothing: run it alone, then --report "
+                       f"--output-dir {args.archive} for the tables", rank)
+    if args.archive:
+        return _archive(grid, args.archive) if rank == 0 else 0
     if args.dry_run or args.report:
         return _look(grid, args.dry_run) if rank == 0 else 0  # under a launcher rank 0 alone lists or reports
     problem = _device_problem(str(grid.opts.device)) or (batch_problem(grid.plan(), world) if world > 1 else "")
@@ -116,6 +124,16 @@ def _look(grid, dry: bool) -> int:
         return 0
     for path in grid.report():
         print(f"[reproduce] wrote {path}")
+    return 0
+
+
+def _archive(grid, dest: str) -> int:
+    """--archive DIR: the finished runs' records, without weights."""
+    from layerwise.reproduce.archive import archive_runs
+
+    copied = archive_runs(grid, dest)
+    print(f"[reproduce] archived {len(copied)} finished run(s) of {len(grid.unsharded())} to {dest}/runs "
+          f"(tables: --report --output-dir {dest})")
     return 0
 
 

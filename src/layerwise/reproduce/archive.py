@@ -1,0 +1,37 @@
+"""`--archive DIR`: a grid's finished runs without their weights, small enough to keep in git or send along.
+
+A run's records are the files at the top of its directory (config.yaml, metrics.jsonl, results.json or
+eval.json, extras.json, the learned drop pattern); its subdirectories (checkpoints/, best/, final/, gnet/) hold
+weights and stay behind. `--report --output-dir DIR` rebuilds the tables and figures from the archive, and a grid
+whose output directory holds the archived runs skips them as finished."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from layerwise.errors import ConfigError
+from layerwise.reproduce.grid import Grid
+from layerwise.reproduce.plan import is_finished
+
+
+def archive_runs(grid: Grid, dest: Path) -> list[Path]:
+    """Copy every finished run's records to DEST/runs/<key>/ (each run replaced whole); the run dirs written."""
+    dest = Path(dest)
+    if dest.resolve() == grid.out.resolve():
+        raise ConfigError(f"--archive {dest}: is the output directory itself; name another directory")
+    return [copy_records(spec.run_dir(grid.out), spec.run_dir(dest))
+            for spec in grid.unsharded() if is_finished(spec, grid.out)]
+
+
+def copy_records(run_dir: Path, target: Path) -> Path:
+    """The top-level files of `run_dir` into `target`, built beside it and renamed, so a copy is never half-made."""
+    staging = target.with_name(f".{target.name}.tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    for path in sorted(run_dir.iterdir()):
+        if path.is_file():
+            shutil.copy2(path, staging / path.name)
+    if target.exists():
+        shutil.rmtree(target)
+    staging.rename(target)
+    return target
