@@ -90,11 +90,15 @@ def _fake_eval(run_dir: Path, dev: float) -> None:
     (run_dir / "extras.json").write_text(json.dumps({"full": {"space": {"alignment": 0.2, "uniformity": -2.0}}}))
 
 
-def test_keys_are_stable_and_ignore_device_and_output_dir(tiny_bert, tiny_data, tmp_path):
+def test_keys_are_stable_and_ignore_device_output_and_data_dir(tiny_bert, tiny_data, tmp_path):
+    import shutil
+
+    moved = shutil.copytree(tiny_data, tmp_path / "moved-data")
     a = _grid(tiny_bert, tiny_data, tmp_path / "a", poolers=["avg_last"], objectives=["supervised"]).plan()
-    b = _grid(tiny_bert, tiny_data, tmp_path / "b", poolers=["avg_last"], objectives=["supervised"],
+    b = _grid(tiny_bert, moved, tmp_path / "b", poolers=["avg_last"], objectives=["supervised"],
               device="cpu").plan()
     assert [s.key for s in a] == [s.key for s in b]
+    assert b[0].config.data_dir == str(moved)  # the run still reads the data where it now lies
     assert a[0].key.startswith("embed-sup-avg_last-seed0-") and len(a[0].hash) == 12
     assert len({s.key for s in a}) == 3  # seeds 0, 1, 2
     c = _grid(tiny_bert, tiny_data, tmp_path / "a", poolers=["avg_last"], objectives=["supervised"], max_steps=7)

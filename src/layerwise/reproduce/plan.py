@@ -58,6 +58,7 @@ class RunSpec:
             return "pending"
         view = copy.deepcopy(self.config)
         view.output_dir = ""
+        view.data_dir = ""  # where the data lies, not what it is: moved data (or a relative path) keeps the keys
         view.train.device = "auto"
         view.train.progress = False
         if self.hash_patch:
