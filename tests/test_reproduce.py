@@ -313,6 +313,20 @@ def test_paper_configs_resolve(name, runs, tiny_bert, tiny_data, tmp_path, capsy
     assert f"{runs} runs" in out
 
 
+def test_config_file_data_paths_keep_keys_when_the_data_moves(tiny_bert, tiny_data, tmp_path, capsys):
+    import shutil
+
+    def keys(data: Path) -> list[str]:
+        assert main(["reproduce", "pooling", "--config", str(REPO / "configs" / "pooling-bert-base.yaml"),
+                     "--model", str(tiny_bert), "--data-dir", str(data), "--device", "cpu", "--output-dir",
+                     str(tmp_path / "out"), "--poolers", "avg_last", "--seeds", "1", "--dry-run"]) == 0
+        return [line.split()[1] for line in capsys.readouterr().out.splitlines() if "embed-" in line]
+
+    moved = shutil.copytree(tiny_data, tmp_path / "moved")  # the config's "{data_dir}/nli_for_simcse.csv" moves
+    first = keys(tiny_data)
+    assert len(first) == 3 and keys(moved) == first  # supervised, unsupervised, hybrid
+
+
 def test_paper_config_tiny_run_on_cpu_and_cuda_refused_without_gpu(tiny_bert, tiny_data, tmp_path, capsys):
     base = ["reproduce", "pooling", "--config", str(REPO / "configs" / "pooling-bert-base.yaml"), "--model",
             str(tiny_bert), "--data-dir", str(tiny_data), "--output-dir", str(tmp_path), "--poolers", "avg_last",

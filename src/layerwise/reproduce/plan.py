@@ -5,14 +5,16 @@ A run lives in OUT/runs/<kind>-<name>-seed<k>-<hash>/. It is finished when its r
 other runs (`after`: their keys must be finished first) or on a decision not yet made (`pending`: e.g. the pooler
 learning rate, picked once the seed-0 tuning runs have finished); the runner re-plans after every run.
 
-The key hashes the resolved config with three things left out, because they do not change what a run computes:
-the output directory (the key is the directory), the device and the progress bar. A dependency on another run's
+The key hashes the resolved config with four things left out, because they do not change what a run computes:
+the output directory (the key is the directory), the data directory (a path under it enters as "{data_dir}/..."),
+the device and the progress bar. A dependency on another run's
 output (scheduled_bernoulli's learned pattern) enters the hash as that run's key, not as a path, so moving the
 output directory keeps the keys.
 """
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 import re
@@ -58,7 +60,9 @@ class RunSpec:
             return "pending"
         view = copy.deepcopy(self.config)
         view.output_dir = ""
-        view.data_dir = ""  # where the data lies, not what it is: moved data (or a relative path) keeps the keys
+        # where the data lies, not what it is: moved data (or a relative path) keeps the keys
+        mark_data_paths(view, self.config.data_dir)
+        view.data_dir = ""
         view.train.device = "auto"
         view.train.progress = False
         if self.hash_patch:
@@ -71,6 +75,20 @@ class RunSpec:
 
     def run_dir(self, out: Path) -> Path:
         return Path(out) / "runs" / self.key
+
+
+def mark_data_paths(config: Any, data_dir: str) -> None:
+    """Write "{data_dir}" for the data directory at the start of every path-like string field (in place), so a
+    config-file value such as "{data_dir}/nli_for_simcse.csv" hashes the same wherever the data lies."""
+    if not data_dir:
+        return
+    prefix = data_dir.rstrip("/\\")
+    for item in dataclasses.fields(config):
+        value = getattr(config, item.name)
+        if dataclasses.is_dataclass(value):
+            mark_data_paths(value, data_dir)
+        elif isinstance(value, str) and (value == prefix or value.startswith((prefix + "/", prefix + "\\"))):
+            setattr(config, item.name, "{data_dir}" + value[len(prefix):])
 
 
 def slug(value: float) -> str:
