@@ -126,11 +126,47 @@ def test_archive_keeps_records_without_weights_rebuilds_the_report_and_is_skippe
     assert "[reproduce] running" not in capsys.readouterr().out  # every archived run counts as finished
 
 
-@pytest.mark.parametrize("extra, needle", [(["--report"], "run it alone"), ([], "is the output directory itself")])
-def test_archive_bad_combinations_are_one_line_errors(tiny_bert, tmp_path, capsys, extra, needle):
+def test_keep_records_copies_each_run_as_it_finishes(tiny_bert, tmp_path, capsys, monkeypatch):
+    from layerwise.reproduce import archive
+    from test_finetune import write_cola
+
+    data, out, kept = write_cola(tmp_path / "data", train=24, dev=10), tmp_path / "out", tmp_path / "kept"
+    grid = ["reproduce", "attendout", "--model", str(tiny_bert), "--data-dir", str(data), "--seeds", "1", "--tasks",
+            "cola", "--strategies", "standard,scheduled_bernoulli", "--max-steps", "2", "--device", "cpu", "--set",
+            "train.batch_size=8", "--output-dir", str(out)]
+    copies: list[tuple[str, int]] = []  # (run copied, records already kept at that moment)
+    real_copy = archive.copy_records
+
+    def spy(run_dir, target):
+        copies.append((run_dir.name, len(list((kept / "runs").glob("*"))) if (kept / "runs").is_dir() else 0))
+        return real_copy(run_dir, target)
+
+    monkeypatch.setattr(archive, "copy_records", spy)
+    assert main([*grid, "--keep-records", str(kept)]) == 0
+    assert [name.rsplit("-", 2)[0] for name, _ in copies] == [
+        "finetune-cola-standard", "finetune-cola-attendout", "finetune-cola-scheduled_bernoulli"]
+    assert [already for _, already in copies] == [0, 1, 2]  # one run at a time, right after it finished
+    runs = sorted((kept / "runs").iterdir())
+    assert [run.name for run in runs] == sorted(p.name for p in (out / "runs").iterdir())
+    assert all(path.is_file() for run in runs for path in run.iterdir())  # records only, no weights
+    assert main([*grid[:-1], str(kept), "--report"]) == 0
+    def rows(root):
+        return [line for line in (root / "attendout.md").read_text(encoding="utf-8").splitlines() if line[:1] == "|"]
+    assert rows(kept) == rows(out)
+
+    shutil.rmtree(kept)
+    copies.clear()
+    assert main([*grid, "--keep-records", str(kept)]) == 0  # nothing left to train: the finished runs are kept
+    assert len(copies) == 3 and len(list((kept / "runs").iterdir())) == 3
+
+
+@pytest.mark.parametrize("option, extra, needle", [
+    ("--archive", ["--report"], "run it alone"), ("--archive", [], "is the output directory itself"),
+    ("--keep-records", [], "is the output directory itself"), ("--keep-records", ["--dry-run"], "trains nothing")])
+def test_archive_bad_combinations_are_one_line_errors(tiny_bert, tmp_path, capsys, option, extra, needle):
     out = tmp_path / "out"
     target = str(out) if not extra else str(tmp_path / "kept")
     code = main(["reproduce", "attendout", "--model", str(tiny_bert), "--data-dir", str(tmp_path), "--output-dir",
-                 str(out), "--tasks", "cola", "--archive", target, *extra])
+                 str(out), "--tasks", "cola", option, target, *extra])
     err = capsys.readouterr().err
     assert code != 0 and needle in err and "Traceback" not in err

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import warnings
 from importlib import import_module
+from pathlib import Path
 from typing import Any
 
 from layerwise.config import build_config, read_config_file
@@ -34,6 +35,9 @@ def _common(parser: argparse.ArgumentParser, seeds: int) -> None:
     parser.add_argument("--archive", metavar="DIR", help="copy the finished runs' records (config, metrics, "
                         "results, learned patterns; no checkpoints or weights) to DIR/runs/ and train nothing; "
                         "--report --output-dir DIR rebuilds the tables from them")
+    parser.add_argument("--keep-records", metavar="DIR", help="train, and copy each run's records to DIR/runs/ as "
+                        "soon as it finishes (what --archive DIR does afterwards), so the results outlive the "
+                        "machine: point it into a git checkout")
 
 
 def add_parser(subparsers) -> None:
@@ -105,6 +109,13 @@ def _go(grid, args) -> int:
     if args.archive and (args.dry_run or args.report):
         return _refuse(f"--archive {args.archive} trains and reports nothing: run it alone, then --report "
                        f"--output-dir {args.archive} for the tables", rank)
+    if args.keep_records and (args.archive or args.dry_run or args.report):
+        other = "--archive" if args.archive else "--dry-run" if args.dry_run else "--report"
+        return _refuse(f"--keep-records {args.keep_records} keeps the records of runs it trains, and {other} trains "
+                       f"nothing: drop one of them", rank)
+    if args.keep_records and Path(args.keep_records).resolve() == grid.out.resolve():
+        return _refuse(f"--keep-records {args.keep_records}: is the output directory itself; name another "
+                       "directory", rank)
     if args.archive:
         return _archive(grid, args.archive) if rank == 0 else 0
     if args.dry_run or args.report:
@@ -112,7 +123,7 @@ def _go(grid, args) -> int:
     problem = _device_problem(str(grid.opts.device)) or (batch_problem(grid.plan(), world) if world > 1 else "")
     if problem:
         return _refuse(problem, rank)
-    return _train(grid, rank, world)
+    return _train(grid, rank, world, args.keep_records)
 
 
 def _look(grid, dry: bool) -> int:
@@ -147,15 +158,18 @@ def _device_problem(device: str) -> str:
     return ""
 
 
-def _train(grid, rank: int, world: int) -> int:
-    """Run the grid (every process of a launcher together), then the report and summary on rank 0."""
+def _train(grid, rank: int, world: int, keep_records: str | None) -> int:
+    """Run the grid (every process of a launcher together), then the report and summary on rank 0; with
+    `keep_records`, rank 0 copies each finished run's records there as it finishes."""
+    from layerwise.reproduce.archive import record_keeper
     from layerwise.reproduce.runner import agree, run_grid, summarize
 
     if world > 1:
         _join(grid.opts.device)
         if rank:
             warnings.simplefilter("ignore")  # rank 0 prints the same warnings once
-    outcome = run_grid(grid)
+    keeper = record_keeper(grid, Path(keep_records)) if keep_records and rank == 0 else None
+    outcome = run_grid(grid, on_finished=keeper)
     code = agree(summarize(outcome, grid.out, grid.report()) if rank == 0 else 0)  # the others wait for the report
     if world > 1:
         from layerwise.reproduce.runner import leave

@@ -7,20 +7,40 @@ whose output directory holds the archived runs skips them as finished."""
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
+from typing import Callable
 
 from layerwise.errors import ConfigError
 from layerwise.reproduce.grid import Grid
-from layerwise.reproduce.plan import is_finished
+from layerwise.reproduce.plan import RunSpec, is_finished
 
 
-def archive_runs(grid: Grid, dest: Path) -> list[Path]:
-    """Copy every finished run's records to DEST/runs/<key>/ (each run replaced whole); the run dirs written."""
+def archive_runs(grid: Grid, dest: Path, specs: list[RunSpec] | None = None) -> list[Path]:
+    """Copy every finished run's records (of `specs`, default the whole grid) to DEST/runs/<key>/ (each run
+    replaced whole); the run dirs written."""
     dest = Path(dest)
     if dest.resolve() == grid.out.resolve():
         raise ConfigError(f"--archive {dest}: is the output directory itself; name another directory")
     return [copy_records(spec.run_dir(grid.out), spec.run_dir(dest))
-            for spec in grid.unsharded() if is_finished(spec, grid.out)]
+            for spec in (grid.unsharded() if specs is None else specs) if is_finished(spec, grid.out)]
+
+
+def record_keeper(grid: Grid, dest: Path) -> Callable[[RunSpec, Path], None]:
+    """`--keep-records DEST`: archive this process's runs finished so far now (its --shard only, so shards never
+    copy the same run), and return the callback that copies each run's records to DEST/runs/<key>/ as soon as it
+    finishes, so a grid's results outlive the machine that trains it. A copy that fails (a full disk) is reported
+    on stderr and the grid goes on: the run itself is safe in OUT."""
+    dest = Path(dest)
+    archive_runs(grid, dest, grid.plan())
+
+    def keep(spec: RunSpec, run_dir: Path) -> None:
+        try:
+            copy_records(run_dir, spec.run_dir(dest))
+        except OSError as exc:
+            print(f"[reproduce] could not keep the records of {spec.key} in {dest}: {exc}", file=sys.stderr)
+
+    return keep
 
 
 def copy_records(run_dir: Path, target: Path) -> Path:

@@ -105,8 +105,10 @@ def batch_problem(specs: list[RunSpec], world: int) -> str:
             f"(each trains batch_size / {world})") if bad else ""
 
 
-def run_grid(grid: Grid, log: Callable[[str], None] = print) -> Outcome:
+def run_grid(grid: Grid, log: Callable[[str], None] = print,
+             on_finished: Callable[[RunSpec, Path], None] | None = None) -> Outcome:
     """Run every ready, unfinished run in plan order until none is left; failures are recorded, not raised.
+    `on_finished(spec, run_dir)` is called on rank 0 after each run that succeeded (e.g. to keep its records).
 
     In a process group every rank must call it: rank 0 decides each next run and broadcasts it, all ranks train
     it, and the runs' outcomes are gathered after each run (the barrier between runs); a run failed when it
@@ -121,7 +123,8 @@ def run_grid(grid: Grid, log: Callable[[str], None] = print) -> Outcome:
         step = step if info.is_main else received
         if step is None:
             break
-        _run_step(grid, step, outcome, info, log)
+        if _run_step(grid, step, outcome, info, log) and info.is_main and on_finished is not None:
+            on_finished(step.spec, step.run_dir)
     if info.is_main:
         specs = grid.plan()
         finished = finished_keys(specs, grid.out)
@@ -155,15 +158,15 @@ def _next_step(grid: Grid, outcome: Outcome, attempted: set[str], log: Callable[
 
 
 def _run_step(grid: Grid, step: Step, outcome: Outcome, info: distributed.DistInfo,
-              log: Callable[[str], None]) -> None:
-    """Train one run on every rank (post on rank 0), then decide together whether it succeeded."""
+              log: Callable[[str], None]) -> bool:
+    """Train one run on every rank (post on rank 0), then decide together whether it succeeded (returned)."""
     log(f"[reproduce] {'resuming' if step.resume else 'running'} {step.key}")
     start = time.perf_counter()
     failures = [(rank, line) for rank, line in enumerate(_gather(_attempt(grid, step, info), info)) if line]
     if not failures:
         (outcome.resumed if step.resume else outcome.trained).append(step.key)
         log(f"[reproduce] finished {step.key} in {fmt_seconds(time.perf_counter() - start)}")
-        return
+        return True
     outcome.failed.append(step.key)
     rank, line = failures[0]
     if info.enabled:
@@ -171,6 +174,7 @@ def _run_step(grid: Grid, step: Step, outcome: Outcome, info: distributed.DistIn
     if info.is_main:
         write_failure(grid.out, line)
     log(f"[reproduce] FAILED {step.key}: {line['error']}" + (f" (rank {rank})" if info.enabled else ""))
+    return False
 
 
 def _attempt(grid: Grid, step: Step, info: distributed.DistInfo) -> dict[str, Any] | None:
