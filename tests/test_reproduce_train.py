@@ -170,3 +170,18 @@ def test_archive_bad_combinations_are_one_line_errors(tiny_bert, tmp_path, capsy
                  str(out), "--tasks", "cola", option, target, *extra])
     err = capsys.readouterr().err
     assert code != 0 and needle in err and "Traceback" not in err
+
+
+def test_keep_records_under_a_shard_copies_only_that_shards_runs(tiny_bert, tmp_path):
+    from test_finetune import write_cola
+
+    data, out = write_cola(tmp_path / "data", train=24, dev=10), tmp_path / "out"
+    grid = ["reproduce", "attendout", "--model", str(tiny_bert), "--data-dir", str(data), "--seeds", "1", "--tasks",
+            "cola", "--strategies", "standard,none", "--max-steps", "1", "--device", "cpu", "--set",
+            "train.batch_size=8", "--output-dir", str(out)]
+    assert main(grid) == 0
+    kept = {}
+    for k in (0, 1):
+        assert main([*grid, "--shard", f"{k}/2", "--keep-records", str(tmp_path / f"kept{k}")]) == 0
+        kept[k] = {run.name.rsplit("-", 2)[0] for run in (tmp_path / f"kept{k}" / "runs").iterdir()}
+    assert kept == {0: {"finetune-cola-standard"}, 1: {"finetune-cola-none"}}
