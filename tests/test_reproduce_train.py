@@ -13,6 +13,11 @@ from layerwise.cli import main
 from tiny import write_tiny_data
 
 
+def table_rows(root):
+    """The table lines of root/attendout.md."""
+    return [line for line in (root / "attendout.md").read_text(encoding="utf-8").splitlines() if line[:1] == "|"]
+
+
 @pytest.fixture(scope="module")
 def tiny_data(tmp_path_factory):
     return write_tiny_data(tmp_path_factory.mktemp("data"))
@@ -113,10 +118,9 @@ def test_archive_keeps_records_without_weights_rebuilds_the_report_and_is_skippe
     assert {"config.yaml", "metrics.jsonl", "results.json", "pattern.json"} <= {p.name for p in attendout.iterdir()}
 
     assert main([*grid, "--output-dir", str(kept), "--report"]) == 0
-    def rows(root):
-        return [line for line in (root / "attendout.md").read_text(encoding="utf-8").splitlines() if line[:1] == "|"]
-    assert rows(kept) == rows(out)  # the main table and the paired-test table, cell for cell
-    assert sum(row.startswith(("| standard |", "| attendout |", "| scheduled_bern")) for row in rows(kept)) >= 3
+    assert table_rows(kept) == table_rows(out)  # the main table and the paired-test table, cell for cell
+    starts = ("| standard |", "| attendout |", "| scheduled_bern")
+    assert sum(row.startswith(starts) for row in table_rows(kept)) >= 3
     assert (kept / "convergence-cola.png").is_file() and (kept / "drop-heatmap-cola.png").is_file()
 
     restored = tmp_path / "restored"
@@ -150,9 +154,7 @@ def test_keep_records_copies_each_run_as_it_finishes(tiny_bert, tmp_path, capsys
     assert [run.name for run in runs] == sorted(p.name for p in (out / "runs").iterdir())
     assert all(path.is_file() for run in runs for path in run.iterdir())  # records only, no weights
     assert main([*grid[:-1], str(kept), "--report"]) == 0
-    def rows(root):
-        return [line for line in (root / "attendout.md").read_text(encoding="utf-8").splitlines() if line[:1] == "|"]
-    assert rows(kept) == rows(out)
+    assert table_rows(kept) == table_rows(out)
 
     shutil.rmtree(kept)
     copies.clear()

@@ -98,6 +98,7 @@ def _refuse(message: str, rank: int) -> int:
 
 
 def _go(grid, args) -> int:
+    from layerwise.reproduce.archive import destination_problem
     from layerwise.reproduce.runner import batch_problem
     from layerwise.training.distributed import launched
 
@@ -113,9 +114,8 @@ def _go(grid, args) -> int:
         other = "--archive" if args.archive else "--dry-run" if args.dry_run else "--report"
         return _refuse(f"--keep-records {args.keep_records} keeps the records of runs it trains, and {other} trains "
                        f"nothing: drop one of them", rank)
-    if args.keep_records and Path(args.keep_records).resolve() == grid.out.resolve():
-        return _refuse(f"--keep-records {args.keep_records}: is the output directory itself; name another "
-                       "directory", rank)
+    if args.keep_records and (problem := destination_problem("--keep-records", Path(args.keep_records), grid.out)):
+        return _refuse(problem, rank)
     if args.archive:
         return _archive(grid, args.archive) if rank == 0 else 0
     if args.dry_run or args.report:

@@ -20,10 +20,18 @@ def archive_runs(grid: Grid, dest: Path, specs: list[RunSpec] | None = None) -> 
     """Copy every finished run's records (of `specs`, default the whole grid) to DEST/runs/<key>/ (each run
     replaced whole); the run dirs written."""
     dest = Path(dest)
-    if dest.resolve() == grid.out.resolve():
-        raise ConfigError(f"--archive {dest}: is the output directory itself; name another directory")
+    problem = destination_problem("--archive", dest, grid.out)
+    if problem:
+        raise ConfigError(problem)
     return [copy_records(spec.run_dir(grid.out), spec.run_dir(dest))
             for spec in (grid.unsharded() if specs is None else specs) if is_finished(spec, grid.out)]
+
+
+def destination_problem(option: str, dest: Path, out: Path) -> str:
+    """Why DEST cannot receive the records of a grid writing to OUT ('' when it can)."""
+    if Path(dest).resolve() == Path(out).resolve():
+        return f"{option} {dest}: is the output directory itself; name another directory"
+    return ""
 
 
 def record_keeper(grid: Grid, dest: Path) -> Callable[[RunSpec, Path], None]:
