@@ -382,6 +382,24 @@ def test_failed_post_of_a_finished_run_is_recorded_and_the_grid_goes_on(tiny_ber
     assert "avg_last-seed1" in trained[0] and "avg_last-seed1" in outcome.trained[0]
 
 
+def test_finished_run_completed_by_post_is_handed_to_on_finished_after_its_post(tiny_bert, tiny_data, tmp_path):
+    grid = _grid(tiny_bert, tiny_data, tmp_path, poolers=["avg_last"], objectives=["supervised"], seeds=3)
+    for spec in grid.plan()[:2]:  # seeds 0 and 1 finished by an older version, their post missing
+        _fake_eval(spec.run_dir(tmp_path), 70.0)
+
+    def post(spec, run_dir):
+        if spec.seed == 1:
+            raise OSError("disk full")
+        (run_dir / "post.json").write_text("{}")
+
+    handed: list[tuple[int, bool]] = []  # (seed, post output there when handed over)
+    grid.needs_post = lambda spec, run_dir: not (run_dir / "post.json").is_file()
+    grid.train, grid.post = lambda spec, run_dir, resume: _fake_eval(run_dir, 71.0), post
+    run_grid(grid, log=lambda *_: None,
+             on_finished=lambda spec, run_dir: handed.append((spec.seed, (run_dir / "post.json").is_file())))
+    assert handed == [(0, True), (2, True)]  # seed 1's post failed: not handed over
+
+
 def test_pooling_figure_points_keep_full_and_static_rows_with_their_mean_and_std():
     from layerwise.reproduce.pooling import plot_points
 

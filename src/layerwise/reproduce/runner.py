@@ -108,7 +108,8 @@ def batch_problem(specs: list[RunSpec], world: int) -> str:
 def run_grid(grid: Grid, log: Callable[[str], None] = print,
              on_finished: Callable[[RunSpec, Path], None] | None = None) -> Outcome:
     """Run every ready, unfinished run in plan order until none is left; failures are recorded, not raised.
-    `on_finished(spec, run_dir)` is called on rank 0 after each run that succeeded (e.g. to keep its records).
+    `on_finished(spec, run_dir)` is called on rank 0 after each run that succeeded (e.g. to keep its records), and
+    after the missing post-training work of an already finished run is done.
 
     In a process group every rank must call it: rank 0 decides each next run and broadcasts it, all ranks train
     it, and the runs' outcomes are gathered after each run (the barrier between runs); a run failed when it
@@ -118,7 +119,7 @@ def run_grid(grid: Grid, log: Callable[[str], None] = print,
     outcome = Outcome()
     attempted: set[str] = set()
     while True:
-        step = _next_step(grid, outcome, attempted, log) if info.is_main else None
+        step = _next_step(grid, outcome, attempted, log, on_finished) if info.is_main else None
         received = _broadcast(step.portable() if step and info.enabled else step, info)
         step = step if info.is_main else received
         if step is None:
@@ -133,17 +134,21 @@ def run_grid(grid: Grid, log: Callable[[str], None] = print,
     return _broadcast(outcome, info)
 
 
-def _next_step(grid: Grid, outcome: Outcome, attempted: set[str], log: Callable[[str], None]) -> Step | None:
-    """Rank 0: post-training work missing from finished runs, then the next ready, unfinished run (a leftover
-    directory without a checkpoint cleared); None when no run is left."""
+def _next_step(grid: Grid, outcome: Outcome, attempted: set[str], log: Callable[[str], None],
+               on_finished: Callable[[RunSpec, Path], None] | None = None) -> Step | None:
+    """Rank 0: post-training work missing from finished runs (each completed one handed to `on_finished`), then
+    the next ready, unfinished run (a leftover directory without a checkpoint cleared); None when no run is left."""
     specs = grid.plan()
     finished = finished_keys(specs, grid.out)
     for spec in specs:  # post-training work missing from a finished run (e.g. an older version's run)
         if spec.key in finished and spec.key not in attempted:
             attempted.add(spec.key)
             outcome.skipped.append(spec.key)
-            if grid.needs_post(spec, spec.run_dir(grid.out)):
-                _safely(grid, spec, outcome, lambda s=spec: grid.post(s, s.run_dir(grid.out)), log)
+            run_dir = spec.run_dir(grid.out)
+            if not grid.needs_post(spec, run_dir):
+                continue
+            if _safely(grid, spec, outcome, lambda: grid.post(spec, run_dir), log) and on_finished is not None:
+                on_finished(spec, run_dir)
     todo = [s for s in specs if not s.pending and s.key not in finished and s.key not in attempted
             and all(k in finished for k in s.after)]
     if not todo:
