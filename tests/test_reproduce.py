@@ -14,7 +14,7 @@ from layerwise.cli import main
 from layerwise.reproduce.plan import RunSpec, fmt_seconds, shard
 from layerwise.reproduce.pooling import PoolingGrid, PoolingOptions
 from layerwise.reproduce.runner import FAILURES, dry_run, run_grid, summarize
-from layerwise.reproduce.tables import fmt_cell, fmt_p, markdown, mean_std, paired_test
+from layerwise.reproduce.tables import fmt_cell, fmt_p, fmt_signed, markdown, mean_std, paired_test
 from tiny import write_tiny_data
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,6 +53,12 @@ def test_paired_test_matches_scipy_on_a_hand_example():
     assert rte["mean_diff"] == pytest.approx(-200 / 277)
     close = paired_test({0: 58.1, 1: 57.4}, {0: 58.8, 1: 58.1 + 1e-6})  # a real, if tiny, spread: tested
     assert close["p_ttest"] is not None
+
+
+def test_signed_differences_never_print_minus_zero():
+    assert fmt_signed(-3.5e-15) == "+0.00" and fmt_signed(-0.004) == "+0.00"  # a zero gap in float, not "-0.00"
+    assert fmt_signed(-0.456) == "-0.46" and fmt_signed(0.17) == "+0.17"
+    assert fmt_signed(-1e-9, plus=False) == "0.00" and fmt_signed(-0.79, plus=False) == "-0.79"
 
 
 def test_mean_std_cells_and_markdown():

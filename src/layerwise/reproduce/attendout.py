@@ -20,7 +20,7 @@ from layerwise.config import build_config, non_negative, positive
 from layerwise.errors import ConfigError, LayerwiseError
 from layerwise.reproduce.grid import Grid
 from layerwise.reproduce.plan import RunSpec, dedupe, is_finished, read_results, shard
-from layerwise.reproduce.tables import fmt_cell, fmt_p, markdown, mean_std, paired_test
+from layerwise.reproduce.tables import fmt_cell, fmt_p, fmt_signed, markdown, mean_std, paired_test
 from layerwise.config import default_data_dir
 from layerwise.training.finetune import FinetuneConfig
 
@@ -256,8 +256,8 @@ class AttendoutGrid(Grid):
                 if not paired:
                     continue
                 detail.append([task, strategy, entry["metric"],
-                               f"{paired['mean_diff']:+.2f}" if paired["mean_diff"] is not None else "-",
-                               f"{paired['t']:.2f}" if paired["t"] is not None else "n/a",
+                               fmt_signed(paired["mean_diff"]) if paired["mean_diff"] is not None else "-",
+                               fmt_signed(paired["t"], plus=False) if paired["t"] is not None else "n/a",
                                fmt_p(paired["p_ttest"]), fmt_p(paired["p_wilcoxon"]), str(paired["n"])])
         lines = [f"## Attention dropout on GLUE dev: {o.model}", "",
                  f"Dev score of the best checkpoint x 100 (CoLA: Matthews; MRPC: F1 and accuracy; STS-B: "

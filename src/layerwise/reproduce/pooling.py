@@ -22,7 +22,7 @@ from layerwise.errors import ConfigError, LayerwiseError
 from layerwise.evaluation.report import IntervalRow
 from layerwise.reproduce.grid import Grid
 from layerwise.reproduce.plan import RunSpec, dedupe, read_results, shard, slug
-from layerwise.reproduce.tables import fmt_cell, fmt_p, markdown, mean_std, paired_test
+from layerwise.reproduce.tables import fmt_cell, fmt_p, fmt_signed, markdown, mean_std, paired_test
 from layerwise.config import default_data_dir
 from layerwise.training.embed import EmbedConfig
 
@@ -100,7 +100,7 @@ def fmt_paired(result: dict | str | None) -> str:
         return "ref."
     if not result["n"]:
         return "-"
-    return f"{result['mean_diff']:+.2f} (p {fmt_p(result['p_ttest'])}, {result['n']} seed{'s' * (result['n'] > 1)})"
+    return f"{fmt_signed(result['mean_diff'])} (p {fmt_p(result['p_ttest'])}, {result['n']} seed{'s' * (result['n'] > 1)})"
 
 
 @lru_cache(maxsize=None)

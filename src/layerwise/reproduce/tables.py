@@ -67,6 +67,12 @@ def fmt_cell(stat: Mapping[str, Any] | None, digits: int = 2) -> str:
     return text if stat.get("std") is None else f"{text} ± {stat['std']:.{digits}f}"
 
 
+def fmt_signed(value: float, digits: int = 2, plus: bool = True) -> str:
+    """A difference with its sign ("+0.17", "-0.46"); one that rounds to zero is "+0.00" / "0.00", never "-0.00"."""
+    rounded = round(value, digits) + 0.0  # + 0.0 turns -0.0 into 0.0
+    return f"{rounded:+.{digits}f}" if plus else f"{rounded:.{digits}f}"
+
+
 def fmt_p(p: float | None) -> str:
     if p is None:
         return "n/a"
