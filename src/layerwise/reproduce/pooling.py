@@ -100,7 +100,8 @@ def fmt_paired(result: dict | str | None) -> str:
         return "ref."
     if not result["n"]:
         return "-"
-    return f"{fmt_signed(result['mean_diff'])} (p {fmt_p(result['p_ttest'])}, {result['n']} seed{'s' * (result['n'] > 1)})"
+    seeds = f"{result['n']} seed{'s' * (result['n'] > 1)}"
+    return f"{fmt_signed(result['mean_diff'])} (p {fmt_p(result['p_ttest'])}, {seeds})"
 
 
 @lru_cache(maxsize=None)
