@@ -11,18 +11,22 @@ from layerwise.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 
-# (experiment, config file, archive folder): the grids whose tables docs/results.md shows from results/
-ARCHIVED_GRIDS = [("attendout", "configs/attendout-sst2-cpu.yaml", "results/attendout-sst2-cpu")]
+# (experiment, grid options, archive folder): the grids whose tables docs/results.md shows from results/
+ARCHIVED_GRIDS = [
+    ("attendout", ["--config", "configs/attendout-sst2-cpu.yaml"], "results/attendout-sst2-cpu"),
+    ("attendout", ["--tasks", "rte", "--seeds", "3"], "results/attendout-glue-cpu"),
+]
 
 
-@pytest.mark.parametrize("experiment, config, folder", ARCHIVED_GRIDS)
-def test_docs_tables_rebuild_from_the_archived_records(experiment, config, folder, tmp_path, capsys):
+@pytest.mark.parametrize("experiment, options, folder", ARCHIVED_GRIDS)
+def test_docs_tables_rebuild_from_the_archived_records(experiment, options, folder, tmp_path, capsys):
     archive = REPO / folder / "runs"
     if not archive.is_dir():
         pytest.skip(f"{folder}/runs is not in this checkout")
     out = tmp_path / "out"
     shutil.copytree(archive, out / "runs")
-    assert main(["reproduce", experiment, "--config", str(REPO / config), "--data-dir", str(tmp_path / "no-data"),
+    options = [str(REPO / value) if value.startswith("configs/") else value for value in options]
+    assert main(["reproduce", experiment, *options, "--data-dir", str(tmp_path / "no-data"),
                  "--output-dir", str(out), "--report"]) == 0  # the report needs no data and no weights
     rows = [line for line in (out / f"{experiment}.md").read_text(encoding="utf-8").splitlines()
             if line.startswith("| ") and "---" not in line]
