@@ -213,6 +213,27 @@ def test_estimate_uses_the_rate_measured_on_the_same_task(tmp_path):
     assert rates[("finetune", "all-MiniLM-L6-v2", "cpu", "rte")] == pytest.approx(5.0 / batch)
 
 
+def test_estimate_measures_finished_runs_of_another_grid_in_the_output_directory(tmp_path):
+    from layerwise.config import save_config
+    from layerwise.reproduce.plan import estimate_seconds, measured_rates, results_path
+    from layerwise.training.finetune import FinetuneConfig
+
+    rte = RunSpec("finetune", "rte", 0, FinetuneConfig(task="rte"), group="rte")  # finished by an RTE-only grid
+    path = results_path(rte, tmp_path)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"steps": 100, "train_seconds": 500.0}), encoding="utf-8")
+    save_config(rte.config, path.parent / "config.yaml")
+    broken = tmp_path / "runs" / "finetune-cola-none-seed0-0123456789ab"  # unreadable config: skipped
+    broken.mkdir()
+    (broken / "results.json").write_text(json.dumps({"steps": 1, "train_seconds": 1e6}), encoding="utf-8")
+    (broken / "config.yaml").write_text("train: {batch_size: 0}\n", encoding="utf-8")
+    mrpc = RunSpec("finetune", "mrpc", 0, FinetuneConfig(task="mrpc"), group="mrpc")
+    rates = measured_rates([mrpc], tmp_path, sentences=lambda cfg: 1)
+    assert estimate_seconds("finetune", mrpc.config, 10, rates, sentences=lambda cfg: 1) == (
+        pytest.approx(50.0), "measured")
+    assert measured_rates([RunSpec("embed", "x", 0, None, group="x")], tmp_path, sentences=lambda cfg: 1) == {}
+
+
 def test_attendout_dry_run_orders_scheduled_after_attendout(tiny_bert, tmp_path, capsys):
     from test_finetune import write_cola
 

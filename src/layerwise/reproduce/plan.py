@@ -193,23 +193,54 @@ def workload(cfg: Any) -> str:
 
 def measured_rates(specs: list[RunSpec], out: Path, sentences: Callable[[Any], int]) -> dict[tuple, float]:
     """Seconds per sentence measured on the finished runs in `out`: per (kind, model, device kind, workload), and
-    per (kind, model, device kind) over every workload, the fallback for a workload with no finished run."""
+    per (kind, model, device kind) over every workload, the fallback for a workload with no finished run. Besides
+    this grid's runs, the finished runs of other grids in `out/runs` (of the same kinds) count, read from their
+    config.yaml: RTE runs measure the rate of an MRPC grid sharing their output directory."""
     totals: dict[tuple, list[float]] = {}
-    for spec in specs:
-        path = results_path(spec, out) if spec.config is not None else None
-        if not path or not path.is_file():
-            continue
-        results = json.loads(path.read_text(encoding="utf-8"))
+    for kind, cfg, results in _finished_runs(specs, out):
         steps, seconds = results.get("steps") or 0, results.get("train_seconds") or 0
         if steps and seconds:
-            cfg = spec.config
             work = steps * cfg.train.batch_size * cfg.train.grad_accum * sentences(cfg)
-            model_key = (spec.kind, cfg.model, device_kind(cfg.train.device))
+            model_key = (kind, cfg.model, device_kind(cfg.train.device))
             for key in (model_key, (*model_key, workload(cfg))):
                 bucket = totals.setdefault(key, [0, 0])
                 bucket[0] += seconds
                 bucket[1] += work
     return {k: s / w for k, (s, w) in totals.items() if w}
+
+
+def _finished_runs(specs: list[RunSpec], out: Path) -> list[tuple[str, Any, dict]]:
+    """(kind, config, results) of every finished run in `out`: this grid's specs, then the other run directories
+    of the same kinds whose config.yaml reads as a valid config (others are skipped: a rate is only an estimate)."""
+    found, keys = [], set()
+    for spec in specs:
+        if spec.config is not None and results_path(spec, out).is_file():
+            keys.add(spec.key)
+            found.append((spec.kind, spec.config, json.loads(results_path(spec, out).read_text(encoding="utf-8"))))
+    kinds = {spec.kind for spec in specs}
+    for run_dir in sorted(Path(out, "runs").glob("*")):
+        kind = run_dir.name.split("-", 1)[0]
+        if run_dir.name in keys or kind not in kinds:
+            continue
+        results, config_file = run_dir / RESULTS[kind], run_dir / "config.yaml"
+        if not results.is_file() or not config_file.is_file():
+            continue
+        try:
+            cfg = _read_run_config(kind, config_file)
+            found.append((kind, cfg, json.loads(results.read_text(encoding="utf-8"))))
+        except (ConfigError, ValueError, OSError):
+            continue
+    return found
+
+
+def _read_run_config(kind: str, path: Path) -> Any:
+    from layerwise.config import build_config
+
+    if kind == "embed":
+        from layerwise.training.embed import EmbedConfig as cls
+    else:
+        from layerwise.training.finetune import FinetuneConfig as cls
+    return build_config(cls, read_config_file(path), source=str(path))
 
 
 def estimate_seconds(kind: str, cfg: Any, steps: int | None, rates: dict[tuple, float],
