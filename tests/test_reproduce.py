@@ -171,6 +171,46 @@ def test_runner_skips_finished_records_failures_and_goes_on(tiny_bert, tiny_data
     assert len(calls) == 1 and "cls_last-seed1" in calls[0] and len(outcome.skipped) == 3
 
 
+def test_time_limit_starts_no_run_whose_estimate_does_not_fit(tiny_bert, tiny_data, tmp_path):
+    grid = _grid(tiny_bert, tiny_data, tmp_path, poolers=["avg_last", "cls_last"], objectives=["supervised"],
+                 seeds=1)
+    calls = []
+
+    def train(spec, run_dir, resume):  # the first run measures 200 s a step: the second cannot fit in 60 s
+        calls.append(spec.key)
+        _fake_eval(run_dir, 70.0)
+        record = json.loads((run_dir / "eval.json").read_text())
+        (run_dir / "eval.json").write_text(json.dumps({**record, "train_seconds": 2000.0}))
+
+    grid.train, grid.post = train, lambda spec, run_dir: None
+    outcome = run_grid(grid, log=lambda *_: None, time_limit=60.0)
+    assert len(calls) == 1 and outcome.trained == calls and len(outcome.blocked) == 1
+    assert outcome.out_of_time.startswith(outcome.blocked[0]) and "of the limit is left" in outcome.out_of_time
+    lines = []
+    assert summarize(outcome, tmp_path, [], log=lines.append) == 0  # a clean stop, not a failure
+    assert "stopped by --time-limit" in lines[-1] and "1 run(s) left" in lines[-1]
+    outcome = run_grid(grid, log=lambda *_: None, time_limit=1e6)  # a rerun with time goes on
+    assert len(calls) == 2 and not outcome.out_of_time and not outcome.blocked
+
+
+@pytest.mark.parametrize("text, seconds", [("45m", 2700), ("2h", 7200), ("1h30m", 5400), ("90s", 90),
+                                           ("1.5h", 5400), (" 10M ", 600)])
+def test_durations_parse_with_their_units(text, seconds):
+    from layerwise.commands.reproduce import parse_duration
+
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("value, needle", [("90", "with units"), ("1x", "with units"), ("0m", "above zero"),
+                                           ("", "with units")])
+def test_bad_time_limits_are_one_line_errors(tiny_bert, tiny_data, tmp_path, capsys, value, needle):
+    code = main(["reproduce", "pooling", "--model", str(tiny_bert), "--data-dir", str(tiny_data), "--output-dir",
+                 str(tmp_path), "--poolers", "avg_last", "--time-limit", value])
+    err = capsys.readouterr().err
+    assert code == 2 and f"--time-limit {value}:" in err and needle in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()
+
+
 def test_dry_run_lists_runs_with_an_estimate(tiny_bert, tiny_data, tmp_path, capsys):
     args = ["reproduce", "pooling", "--model", str(tiny_bert), "--data-dir", str(tiny_data), "--output-dir",
             str(tmp_path), "--seeds", "2", "--poolers", "avg_last,layer_att_cls", "--dry-run"]
@@ -316,6 +356,7 @@ def test_bad_variants_are_one_line_errors(tiny_bert, tmp_path, capsys, config_te
     (["attendout", "--tasks", "colaa"], "unknown task"),
     (["pooling", "--set", "train.lrr=1"], "unknown key 'train.lrr'"),
     (["pooling", "--shard", "3/2"], "--shard"),
+    (["pooling", "--time-limit", "5m"], "--time-limit 5m limits training, and --dry-run trains nothing"),
 ])
 def test_bad_options_are_one_line_errors(tiny_bert, tiny_data, tmp_path, capsys, args, needle):
     code = main(["reproduce", args[0], "--model", str(tiny_bert), "--data-dir", str(tiny_data), "--output-dir",

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import warnings
 from importlib import import_module
 from pathlib import Path
@@ -38,6 +39,9 @@ def _common(parser: argparse.ArgumentParser, seeds: int) -> None:
     parser.add_argument("--keep-records", metavar="DIR", help="train, and copy each run's records to DIR/runs/ as "
                         "soon as it finishes (what --archive DIR does afterwards), so the results outlive the "
                         "machine: point it into a git checkout")
+    parser.add_argument("--time-limit", metavar="DURATION", help="e.g. 45m, 2h, 1h30m: start no run whose "
+                        "estimate (as --dry-run makes it) does not fit in what is left of DURATION, and stop "
+                        "between runs (for a batch job's or a session's time limit); rerun to go on")
 
 
 def add_parser(subparsers) -> None:
@@ -114,6 +118,14 @@ def _go(grid, args) -> int:
         other = "--archive" if args.archive else "--dry-run" if args.dry_run else "--report"
         return _refuse(f"--keep-records {args.keep_records} keeps the records of runs it trains, and {other} trains "
                        f"nothing: drop one of them", rank)
+    if args.time_limit is not None and (args.archive or args.dry_run or args.report):
+        other = "--archive" if args.archive else "--dry-run" if args.dry_run else "--report"
+        return _refuse(f"--time-limit {args.time_limit} limits training, and {other} trains nothing: drop one of "
+                       "them", rank)
+    try:
+        time_limit = parse_duration(args.time_limit) if args.time_limit is not None else None
+    except ValueError as exc:
+        return _refuse(f"--time-limit {args.time_limit}: {exc}", rank)
     if args.keep_records and (problem := destination_problem("--keep-records", Path(args.keep_records), grid.out)):
         return _refuse(problem, rank)
     if args.archive:
@@ -123,7 +135,22 @@ def _go(grid, args) -> int:
     problem = _device_problem(str(grid.opts.device)) or (batch_problem(grid.plan(), world) if world > 1 else "")
     if problem:
         return _refuse(problem, rank)
-    return _train(grid, rank, world, args.keep_records)
+    return _train(grid, rank, world, args.keep_records, time_limit)
+
+
+DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds of a duration written as hours, minutes and seconds with their units: 90m, 2h, 1h30m, 45s."""
+    match = DURATION.fullmatch(text.strip().lower())
+    if not text.strip() or not match or not any(match.groups()):
+        raise ValueError("expected a duration with units, such as 45m, 2h or 1h30m")
+    hours, minutes, seconds = (float(part or 0) for part in match.groups())
+    total = hours * 3600 + minutes * 60 + seconds
+    if total <= 0:
+        raise ValueError("expected a duration above zero")
+    return total
 
 
 def _look(grid, dry: bool) -> int:
@@ -158,9 +185,10 @@ def _device_problem(device: str) -> str:
     return ""
 
 
-def _train(grid, rank: int, world: int, keep_records: str | None) -> int:
+def _train(grid, rank: int, world: int, keep_records: str | None, time_limit: float | None = None) -> int:
     """Run the grid (every process of a launcher together), then the report and summary on rank 0; with
-    `keep_records`, rank 0 copies each finished run's records there as it finishes."""
+    `keep_records`, rank 0 copies each finished run's records there as it finishes; `time_limit` (seconds): see
+    run_grid."""
     from layerwise.reproduce.archive import record_keeper
     from layerwise.reproduce.runner import agree, run_grid, summarize
 
@@ -169,7 +197,7 @@ def _train(grid, rank: int, world: int, keep_records: str | None) -> int:
         if rank:
             warnings.simplefilter("ignore")  # rank 0 prints the same warnings once
     keeper = record_keeper(grid, Path(keep_records)) if keep_records and rank == 0 else None
-    outcome = run_grid(grid, on_finished=keeper)
+    outcome = run_grid(grid, on_finished=keeper, time_limit=time_limit)
     code = agree(summarize(outcome, grid.out, grid.report()) if rank == 0 else 0)  # the others wait for the report
     if world > 1:
         from layerwise.reproduce.runner import leave

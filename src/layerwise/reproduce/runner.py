@@ -55,6 +55,7 @@ class Outcome:
     resumed: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     blocked: list[str] = field(default_factory=list)
+    out_of_time: str = ""  # set when --time-limit stopped the grid: the run that did not fit, and why
 
 
 @dataclass
@@ -106,10 +107,12 @@ def batch_problem(specs: list[RunSpec], world: int) -> str:
 
 
 def run_grid(grid: Grid, log: Callable[[str], None] = print,
-             on_finished: Callable[[RunSpec, Path], None] | None = None) -> Outcome:
+             on_finished: Callable[[RunSpec, Path], None] | None = None, time_limit: float | None = None) -> Outcome:
     """Run every ready, unfinished run in plan order until none is left; failures are recorded, not raised.
     `on_finished(spec, run_dir)` is called on rank 0 after each run that succeeded (e.g. to keep its records), and
-    after the missing post-training work of an already finished run is done.
+    after the missing post-training work of an already finished run is done. With `time_limit` (seconds from now)
+    no run starts whose estimate (as --dry-run makes it) does not fit in the time left: the grid stops between
+    runs, so nothing is left half-trained when the job or session ends; a run with no estimate starts.
 
     In a process group every rank must call it: rank 0 decides each next run and broadcasts it, all ranks train
     it, and the runs' outcomes are gathered after each run (the barrier between runs); a run failed when it
@@ -118,8 +121,11 @@ def run_grid(grid: Grid, log: Callable[[str], None] = print,
     log = log if info.is_main else _quiet
     outcome = Outcome()
     attempted: set[str] = set()
+    deadline = None if time_limit is None else time.monotonic() + time_limit
     while True:
         step = _next_step(grid, outcome, attempted, log, on_finished) if info.is_main else None
+        if step is not None and deadline is not None and (late := _does_not_fit(grid, step, deadline)):
+            outcome.out_of_time, step = late, None
         received = _broadcast(step.portable() if step and info.enabled else step, info)
         step = step if info.is_main else received
         if step is None:
@@ -132,6 +138,17 @@ def run_grid(grid: Grid, log: Callable[[str], None] = print,
         outcome.blocked = [s.key if not s.pending else f"{s.name}-seed{s.seed}" for s in specs
                            if s.key not in finished and s.key not in outcome.failed]
     return _broadcast(outcome, info)
+
+
+def _does_not_fit(grid: Grid, step: Step, deadline: float) -> str:
+    """Why `step` cannot start before `deadline` ('' when it fits or has no estimate)."""
+    specs = grid.plan()
+    state = status(step.spec, grid.out, finished_keys(specs, grid.out))
+    _, seconds, _ = run_estimate(grid, step.spec, state, measured_rates(specs, grid.out, grid.sentences))
+    left = deadline - time.monotonic()
+    if seconds is None or seconds <= left:
+        return ""
+    return f"{step.key} is estimated at {fmt_seconds(seconds)} and {fmt_seconds(max(0.0, left))} of the limit is left"
 
 
 def _next_step(grid: Grid, outcome: Outcome, attempted: set[str], log: Callable[[str], None],
@@ -268,6 +285,23 @@ def _quiet(*_: Any) -> None:
     pass
 
 
+def run_estimate(grid: Grid, spec: RunSpec, state: str, rates: dict[tuple, float]
+                 ) -> tuple[int | None, float | None, str]:
+    """(optimizer steps, estimated seconds of what is left, rate source) of one run in `state` (see plan.status)."""
+    steps = None
+    cfg = spec.config if spec.config is not None else spec.cost_config
+    if cfg is not None:
+        examples = grid.examples(cfg)
+        steps = total_steps(cfg.train, examples) if examples is not None else None
+    if state == "finished":
+        return steps, 0.0, "-"
+    left = steps
+    if steps is not None and state.startswith("resume from step"):
+        left = max(0, steps - int(state.rsplit(" ", 1)[1]))
+    seconds, source = estimate_seconds(spec.kind, cfg, left, rates, grid.sentences)
+    return steps, seconds, source
+
+
 def dry_run(grid: Grid, log: Callable[[str], None] = print) -> list[dict[str, Any]]:
     """List the runs in order with their state and an estimate of their time; returns the rows."""
     specs = grid.plan()
@@ -277,16 +311,7 @@ def dry_run(grid: Grid, log: Callable[[str], None] = print) -> list[dict[str, An
     unknown = 0
     for i, spec in enumerate(specs, 1):
         state = status(spec, grid.out, finished)
-        steps = None
-        cfg = spec.config if spec.config is not None else spec.cost_config
-        if cfg is not None:
-            examples = grid.examples(cfg)
-            steps = total_steps(cfg.train, examples) if examples is not None else None
-        left = steps
-        if steps is not None and state.startswith("resume from step"):
-            left = max(0, steps - int(state.rsplit(" ", 1)[1]))
-        seconds, source = (estimate_seconds(spec.kind, cfg, left, rates, grid.sentences) if state != "finished"
-                           else (0.0, "-"))
+        steps, seconds, source = run_estimate(grid, spec, state, rates)
         if state != "finished":
             if seconds is None:
                 unknown += 1
@@ -318,6 +343,9 @@ def summarize(outcome: Outcome, out: Path, written: list[Path], log: Callable[[s
         f"{len(outcome.blocked)}")
     for path in written:
         log(f"[reproduce] wrote {path}")
+    if outcome.out_of_time:
+        log(f"[reproduce] stopped by --time-limit before {outcome.out_of_time}: {len(outcome.blocked)} run(s) "
+            "left; rerun the same command to go on")
     if outcome.failed:
         print(f"[reproduce] {len(outcome.failed)} run(s) failed; see {out / FAILURES}", file=sys.stderr)
         return 1
