@@ -274,6 +274,41 @@ def test_estimate_measures_finished_runs_of_another_grid_in_the_output_directory
     assert measured_rates([RunSpec("embed", "x", 0, None, group="x")], tmp_path, sentences=lambda cfg: 1) == {}
 
 
+def test_a_rate_from_another_task_is_scaled_by_its_characters_per_sentence(tmp_path):
+    from layerwise.reproduce.plan import estimate_seconds, measured_rates, results_path
+    from layerwise.training.finetune import FinetuneConfig
+
+    cola, rte = (RunSpec("finetune", task, 0, FinetuneConfig(task=task), group=task) for task in ("cola", "rte"))
+    path = results_path(cola, tmp_path)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"steps": 100, "train_seconds": 100.0}), encoding="utf-8")  # 1 s per step
+    length = {"cola": 10.0, "rte": 50.0}.get
+    rates = measured_rates([cola, rte], tmp_path, lambda cfg: 1, lambda cfg: length(cfg.task))
+    for task, seconds in (("cola", 10.0), ("rte", 50.0)):  # RTE's sentences are 5 times as long
+        assert estimate_seconds("finetune", FinetuneConfig(task=task), 10, rates, lambda cfg: 1,
+                                lambda cfg: length(cfg.task)) == (pytest.approx(seconds), "measured")
+    assert measured_rates([cola], tmp_path, lambda cfg: 1, lambda cfg: None) == {}  # its data is not here
+
+
+def test_grid_characters_are_the_mean_sentence_length_capped_where_truncation_cuts(tiny_bert, tmp_path):
+    from test_finetune import sentence, write_cola
+
+    from layerwise.reproduce.attendout import AttendoutGrid, AttendoutOptions
+    from layerwise.reproduce.plan import mean_characters
+
+    assert mean_characters(["a" * 1000, "bb"], cap=8) == 5.0 and mean_characters([], cap=8) == 1.0
+    data = write_cola(tmp_path / "data", train=20, dev=8)
+    grid = AttendoutGrid(AttendoutOptions(model=str(tiny_bert), data_dir=str(data), output_dir=str(tmp_path / "o"),
+                                          seeds=1, tasks=["cola"]), log=lambda *_: None)
+    cfg = grid.plan()[0].config
+    assert grid.examples(cfg) == 20
+    assert grid.characters(cfg) == pytest.approx(sum(len(sentence(i)) for i in range(20)) / 20)
+    cfg.max_length = 2  # truncated at 2 tokens: each sentence counted up to 4 x 2 characters
+    assert grid.characters(cfg) == 8.0
+    cfg.subset = 1
+    assert grid.examples(cfg) == 1
+
+
 def test_attendout_dry_run_orders_scheduled_after_attendout(tiny_bert, tmp_path, capsys):
     from test_finetune import write_cola
 

@@ -144,17 +144,14 @@ class AttendoutGrid(Grid):
     def sentences(self, cfg: Any) -> int:
         return 1
 
-    def examples(self, cfg: Any) -> int | None:
+    def data_key(self, cfg: Any) -> tuple:
+        return (cfg.task, cfg.data_dir, cfg.subset, cfg.train.seed, cfg.max_length)
+
+    def train_texts(self, cfg: Any) -> tuple[int, list[str]]:
         from layerwise.data.glue import get_task, read_split
 
-        key = (cfg.task, cfg.data_dir, cfg.subset, cfg.train.seed)
-        if key not in self._examples:
-            try:
-                self._examples[key] = len(read_split(get_task(cfg.task), Path(cfg.data_dir), "train")
-                                          .subset(cfg.subset, cfg.train.seed))
-            except LayerwiseError:
-                self._examples[key] = None
-        return self._examples[key]
+        examples = read_split(get_task(cfg.task), Path(cfg.data_dir), "train").subset(cfg.subset, cfg.train.seed)
+        return len(examples), [" ".join(texts) for texts in examples.texts]  # a pair is one sequence
 
     # -------------------------------------------------------------------------------------- report
     def summary(self, specs: list[RunSpec]) -> dict[str, Any]:

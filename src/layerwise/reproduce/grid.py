@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from layerwise.reproduce.plan import RunSpec
+from layerwise.errors import LayerwiseError
+from layerwise.reproduce.plan import CHARS_PER_TOKEN, RunSpec, mean_characters
 
 
 class Grid:
@@ -16,9 +17,39 @@ class Grid:
         self.opts, self.sections, self.overrides, self.log = opts, sections or {}, overrides or [], log
         self.out = Path(opts.output_dir)
         self.shard = opts.shard
-        self._examples: dict[tuple, int | None] = {}
+        self._sizes: dict[tuple, tuple[int, float] | None] = {}
 
     def plan(self) -> list[RunSpec]:
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------------------------- estimate
+    def examples(self, cfg: Any) -> int | None:
+        """Training examples of a run (None when its data cannot be read here)."""
+        size = self._size(cfg)
+        return size[0] if size else None
+
+    def characters(self, cfg: Any) -> float | None:
+        """Mean characters per training sentence, each capped where the tokenizer truncates (CHARS_PER_TOKEN x
+        max_length): a step's cost scales with it across tasks, which the time estimate uses."""
+        size = self._size(cfg)
+        return size[1] if size else None
+
+    def _size(self, cfg: Any) -> tuple[int, float] | None:
+        key = self.data_key(cfg)
+        if key not in self._sizes:
+            try:
+                count, texts = self.train_texts(cfg)
+                self._sizes[key] = (count, mean_characters(texts, CHARS_PER_TOKEN * cfg.max_length))
+            except LayerwiseError:
+                self._sizes[key] = None
+        return self._sizes[key]
+
+    def data_key(self, cfg: Any) -> tuple:
+        """What decides a run's training data and its truncation (runs with the same key share both)."""
+        raise NotImplementedError
+
+    def train_texts(self, cfg: Any) -> tuple[int, list[str]]:
+        """(training examples, their texts as the model reads them: one per sequence)."""
         raise NotImplementedError
 
     def unsharded(self) -> list[RunSpec]:

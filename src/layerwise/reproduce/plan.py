@@ -37,6 +37,16 @@ SECONDS_PER_SENTENCE = {
 }
 
 
+# Characters per token, roughly, for English text under a WordPiece / BPE tokenizer: where truncation at max_length
+# tokens cuts a text, in the time estimate's measure of work (characters per sentence).
+CHARS_PER_TOKEN = 4
+
+
+def mean_characters(texts: list[str], cap: int) -> float:
+    """Mean length of `texts` in characters, each counted up to `cap` (1.0 for no texts)."""
+    return sum(min(len(text), cap) for text in texts) / len(texts) if texts else 1.0
+
+
 @dataclass
 class RunSpec:
     """One training run of the grid."""
@@ -191,16 +201,20 @@ def workload(cfg: Any) -> str:
     return str(getattr(cfg, "task", None) or getattr(cfg, "objective", None) or "")
 
 
-def measured_rates(specs: list[RunSpec], out: Path, sentences: Callable[[Any], int]) -> dict[tuple, float]:
-    """Seconds per sentence measured on the finished runs in `out`: per (kind, model, device kind, workload), and
-    per (kind, model, device kind) over every workload, the fallback for a workload with no finished run. Besides
+def measured_rates(specs: list[RunSpec], out: Path, sentences: Callable[[Any], int],
+                   characters: Callable[[Any], float | None] = lambda cfg: 1.0) -> dict[tuple, float]:
+    """Seconds per sentence-character (a sentence of `characters(cfg)` characters counts that many) measured on the
+    finished runs in `out`: per (kind, model, device kind, workload), and per (kind, model, device kind) over every
+    workload, the fallback for a workload with no finished run, where counting characters scales a rate measured
+    on RTE's long pairs down for CoLA's short sentences. Runs whose data cannot be read here are left out. Besides
     this grid's runs, the finished runs of other grids in `out/runs` (of the same kinds) count, read from their
     config.yaml: RTE runs measure the rate of an MRPC grid sharing their output directory."""
     totals: dict[tuple, list[float]] = {}
     for kind, cfg, results in _finished_runs(specs, out):
         steps, seconds = results.get("steps") or 0, results.get("train_seconds") or 0
-        if steps and seconds:
-            work = steps * cfg.train.batch_size * cfg.train.grad_accum * sentences(cfg)
+        length = characters(cfg)
+        if steps and seconds and length:
+            work = steps * cfg.train.batch_size * cfg.train.grad_accum * sentences(cfg) * length
             model_key = (kind, cfg.model, device_kind(cfg.train.device))
             for key in (model_key, (*model_key, workload(cfg))):
                 bucket = totals.setdefault(key, [0, 0])
@@ -244,16 +258,19 @@ def _read_run_config(kind: str, path: Path) -> Any:
 
 
 def estimate_seconds(kind: str, cfg: Any, steps: int | None, rates: dict[tuple, float],
-                     sentences: Callable[[Any], int]) -> tuple[float | None, str]:
+                     sentences: Callable[[Any], int], characters: Callable[[Any], float | None] = lambda cfg: 1.0
+                     ) -> tuple[float | None, str]:
     """(seconds, "measured" | "constant") for one run of `steps` optimizer steps of config `cfg`: the measured
-    rate of its workload, else of its model on any workload, else the constant of its model size."""
+    rate of its workload, else of its model on any workload (both per sentence-character), else the constant of
+    its model size (per sentence)."""
     if cfg is None or steps is None:
         return None, "unknown"
     model_key = (kind, cfg.model, device_kind(cfg.train.device))
     work = steps * cfg.train.batch_size * cfg.train.grad_accum * sentences(cfg)
     rate = rates.get((*model_key, workload(cfg)), rates.get(model_key))
-    if rate is not None:
-        return work * rate, "measured"
+    length = characters(cfg)
+    if rate is not None and length:
+        return work * length * rate, "measured"
     return work * SECONDS_PER_SENTENCE[(model_size(cfg.model), model_key[2])], "constant"
 
 

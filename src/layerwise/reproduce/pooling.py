@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from layerwise.config import build_config, non_negative, positive
-from layerwise.errors import ConfigError, LayerwiseError
+from layerwise.errors import ConfigError
 from layerwise.evaluation.report import IntervalRow
 from layerwise.reproduce.grid import Grid
 from layerwise.reproduce.plan import RunSpec, dedupe, read_results, shard, slug
@@ -251,17 +251,15 @@ class PoolingGrid(Grid):
     def sentences(self, cfg: Any) -> int:
         return SENTENCES_PER_EXAMPLE[cfg.objective]
 
-    def examples(self, cfg: Any) -> int | None:
+    def data_key(self, cfg: Any) -> tuple:
+        return (cfg.objective, cfg.data_dir, cfg.train_file, tuple(cfg.train_columns), cfg.unsup_file, cfg.subset,
+                cfg.max_length)
+
+    def train_texts(self, cfg: Any) -> tuple[int, list[str]]:
         from layerwise.training.embed import load_embed_data
 
-        key = (cfg.objective, cfg.data_dir, cfg.train_file, tuple(cfg.train_columns), cfg.unsup_file, cfg.subset)
-        if key not in self._examples:
-            try:
-                data = load_embed_data(cfg)
-                self._examples[key] = len(data.triplets) or len(data.sentences)
-            except LayerwiseError:
-                self._examples[key] = None
-        return self._examples[key]
+        data = load_embed_data(cfg)
+        return len(data.triplets) or len(data.sentences), data.texts()
 
     # -------------------------------------------------------------------------------------- report
     def report(self) -> list[Path]:

@@ -2,8 +2,9 @@
 
 A grid is described by a `Grid`: `plan()` (the RunSpecs as the finished runs now determine them), `train(spec,
 run_dir, resume)` (one run), `post(spec, run_dir)` (work after training that needs no retraining: extra
-evaluations, a pattern export; it also runs for a finished run that lacks its outputs), `sentences(cfg)` and
-`examples(cfg)` for the time estimate, and `report()` (tables and figures from the finished runs).
+evaluations, a pattern export; it also runs for a finished run that lacks its outputs), `sentences(cfg)`,
+`examples(cfg)` and `characters(cfg)` for the time estimate, and `report()` (tables and figures from the finished
+runs).
 
 Under torchrun / accelerate launch (a process group of N > 1 processes) every run is trained by all N processes
 together. Rank 0 alone plans, decides what is finished and whether a run resumes, clears leftovers, runs `post`,
@@ -45,6 +46,7 @@ class Grid(Protocol):
     def needs_post(self, spec: RunSpec, run_dir: Path) -> bool: ...
     def sentences(self, cfg: Any) -> int: ...
     def examples(self, cfg: Any) -> int | None: ...
+    def characters(self, cfg: Any) -> float | None: ...
     def report(self) -> list[Path]: ...
 
 
@@ -144,7 +146,8 @@ def _does_not_fit(grid: Grid, step: Step, deadline: float) -> str:
     """Why `step` cannot start before `deadline` ('' when it fits or has no estimate)."""
     specs = grid.plan()
     state = status(step.spec, grid.out, finished_keys(specs, grid.out))
-    _, seconds, _ = run_estimate(grid, step.spec, state, measured_rates(specs, grid.out, grid.sentences))
+    rates = measured_rates(specs, grid.out, grid.sentences, grid.characters)
+    _, seconds, _ = run_estimate(grid, step.spec, state, rates)
     left = deadline - time.monotonic()
     if seconds is None or seconds <= left:
         return ""
@@ -298,7 +301,7 @@ def run_estimate(grid: Grid, spec: RunSpec, state: str, rates: dict[tuple, float
     left = steps
     if steps is not None and state.startswith("resume from step"):
         left = max(0, steps - int(state.rsplit(" ", 1)[1]))
-    seconds, source = estimate_seconds(spec.kind, cfg, left, rates, grid.sentences)
+    seconds, source = estimate_seconds(spec.kind, cfg, left, rates, grid.sentences, grid.characters)
     return steps, seconds, source
 
 
@@ -306,7 +309,7 @@ def dry_run(grid: Grid, log: Callable[[str], None] = print) -> list[dict[str, An
     """List the runs in order with their state and an estimate of their time; returns the rows."""
     specs = grid.plan()
     finished = finished_keys(specs, grid.out)
-    rates = measured_rates(specs, grid.out, grid.sentences)
+    rates = measured_rates(specs, grid.out, grid.sentences, grid.characters)
     rows, total, sources = [], 0.0, set()
     unknown = 0
     for i, spec in enumerate(specs, 1):
@@ -331,8 +334,8 @@ def dry_run(grid: Grid, log: Callable[[str], None] = print) -> list[dict[str, An
     how = " and ".join(sorted(sources)) or "no"
     log(f"{len(rows)} runs, {len(rows) - left} finished, {left} left; ESTIMATED time left: {fmt_seconds(total)}"
         f"{f' (+{unknown} runs not yet estimable)' if unknown else ''} "
-        f"[from {how} rates: 'measured' = seconds per sentence of finished runs in {grid.out}, 'constant' = a rough "
-        "per-model-size figure (see docs/reproduce.md); evaluation time is only partly included]")
+        f"[from {how} rates: 'measured' = seconds per character of training text in the finished runs in {grid.out}, "
+        "'constant' = a rough per-model-size figure (see docs/reproduce.md); evaluation time is only partly included]")
     return rows
 
 
