@@ -15,6 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 ARCHIVED_GRIDS = [
     ("attendout", ["--config", str(REPO / "configs" / "attendout-sst2-cpu.yaml")], "results/attendout-sst2-cpu"),
     ("attendout", ["--tasks", "rte", "--seeds", "3"], "results/attendout-glue-cpu"),
+    ("attendout", ["--tasks", "cola", "--seeds", "3"], "results/attendout-glue-cpu"),
 ]
 
 
