@@ -114,14 +114,13 @@ def _go(grid, args) -> int:
     if args.archive and (args.dry_run or args.report):
         return _refuse(f"--archive {args.archive} trains and reports nothing: run it alone, then --report "
                        f"--output-dir {args.archive} for the tables", rank)
-    if args.keep_records and (args.archive or args.dry_run or args.report):
-        other = "--archive" if args.archive else "--dry-run" if args.dry_run else "--report"
-        return _refuse(f"--keep-records {args.keep_records} keeps the records of runs it trains, and {other} trains "
-                       f"nothing: drop one of them", rank)
-    if args.time_limit is not None and (args.archive or args.dry_run or args.report):
-        other = "--archive" if args.archive else "--dry-run" if args.dry_run else "--report"
-        return _refuse(f"--time-limit {args.time_limit} limits training, and {other} trains nothing: drop one of "
-                       "them", rank)
+    no_training = "--archive" if args.archive else "--dry-run" if args.dry_run else "--report" if args.report else ""
+    if args.keep_records and no_training:
+        return _refuse(f"--keep-records {args.keep_records} keeps the records of runs it trains, and {no_training} "
+                       f"trains nothing: drop one of them", rank)
+    if args.time_limit is not None and no_training:
+        return _refuse(f"--time-limit {args.time_limit} limits training, and {no_training} trains nothing: drop one "
+                       "of them", rank)
     try:
         time_limit = parse_duration(args.time_limit) if args.time_limit is not None else None
     except ValueError as exc:

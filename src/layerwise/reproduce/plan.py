@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from layerwise.config import config_hash, read_config_file
+from layerwise.config import build_config, config_hash, read_config_file
 from layerwise.errors import ConfigError
 
 RESULTS = {"embed": "eval.json", "finetune": "results.json"}
@@ -228,9 +228,10 @@ def _finished_runs(specs: list[RunSpec], out: Path) -> list[tuple[str, Any, dict
     of the same kinds whose config.yaml reads as a valid config (others are skipped: a rate is only an estimate)."""
     found, keys = [], set()
     for spec in specs:
-        if spec.config is not None and results_path(spec, out).is_file():
-            keys.add(spec.key)
-            found.append((spec.kind, spec.config, json.loads(results_path(spec, out).read_text(encoding="utf-8"))))
+        path = results_path(spec, out) if spec.config is not None else None
+        if path and path.is_file():
+            keys.add(path.parent.name)
+            found.append((spec.kind, spec.config, json.loads(path.read_text(encoding="utf-8"))))
     kinds = {spec.kind for spec in specs}
     for run_dir in sorted(Path(out, "runs").glob("*")):
         kind = run_dir.name.split("-", 1)[0]
@@ -248,8 +249,6 @@ def _finished_runs(specs: list[RunSpec], out: Path) -> list[tuple[str, Any, dict
 
 
 def _read_run_config(kind: str, path: Path) -> Any:
-    from layerwise.config import build_config
-
     if kind == "embed":
         from layerwise.training.embed import EmbedConfig as cls
     else:
