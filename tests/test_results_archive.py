@@ -16,6 +16,7 @@ ARCHIVED_GRIDS = [
     ("attendout", ["--config", str(REPO / "configs" / "attendout-sst2-cpu.yaml")], "results/attendout-sst2-cpu"),
     ("attendout", ["--tasks", "rte", "--seeds", "3"], "results/attendout-glue-cpu"),
     ("attendout", ["--tasks", "cola", "--seeds", "3"], "results/attendout-glue-cpu"),
+    ("attendout", ["--tasks", "cola", "--seeds", "5"], "results/attendout-glue-cpu"),
 ]
 
 
