@@ -34,3 +34,34 @@ def test_docs_tables_rebuild_from_the_archived_records(experiment, options, fold
     assert len(rows) >= 2
     docs = (REPO / "docs" / "results.md").read_text(encoding="utf-8").splitlines()
     assert [row for row in rows if row not in docs] == []
+
+
+def _archive_table_rows() -> list[tuple[str, list[str], int, int]]:
+    """(folder, reproduce arguments, kept runs, grid runs) for each row of results/README.md's table."""
+    rows = []
+    for line in (REPO / "results" / "README.md").read_text(encoding="utf-8").splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if len(cells) != 3 or not cells[0].startswith("`") or " of " not in cells[2]:
+            continue
+        command = cells[1].split("`")[1].split()
+        kept, total = (int(n) for n in cells[2].split(" of "))
+        rows.append((cells[0].strip("`/"), command[2:], kept, total))
+    return rows
+
+
+def test_the_archive_table_lists_rows():
+    assert len(_archive_table_rows()) >= 4
+
+
+@pytest.mark.parametrize("folder, arguments, kept, total", _archive_table_rows())
+def test_results_readme_run_counts_match_the_archive(folder, arguments, kept, total, tmp_path, capsys, monkeypatch):
+    archive = REPO / "results" / folder / "runs"
+    if not archive.is_dir():
+        pytest.skip(f"results/{folder}/runs is not in this checkout")
+    out = tmp_path / "out"
+    shutil.copytree(archive, out / "runs")
+    monkeypatch.chdir(REPO)  # the commands name their config files relative to the repository
+    assert main(["reproduce", *arguments, "--data-dir", str(tmp_path / "no-data"),
+                 "--output-dir", str(out), "--dry-run"]) == 0
+    summary = [line for line in capsys.readouterr().out.splitlines() if " finished, " in line][-1]
+    assert summary.startswith(f"{total} runs, {kept} finished, "), summary
