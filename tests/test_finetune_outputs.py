@@ -36,6 +36,30 @@ def test_plot_heatmap_and_curves_of_several_runs(tmp_path, capsys):
     capsys.readouterr()
 
 
+def write_rates(root: Path, name: str, rows: list[dict]) -> Path:
+    run = root / name
+    run.mkdir(parents=True)
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return run
+
+
+def test_mean_drop_matrix_averages_runs_at_the_steps_all_logged(tmp_path):
+    from layerwise.plots import drop_heatmap, mean_drop_matrix
+
+    a = write_rates(tmp_path, "a", [{"step": 10, "drop/layer0": 0.1, "drop/layer1": 0.3},
+                                    {"step": 20, "drop/layer0": 0.2, "drop/layer1": 0.4},
+                                    {"step": 30, "drop/layer0": 0.9, "drop/layer1": 0.9}])
+    b = write_rates(tmp_path, "b", [{"step": 10, "drop/layer0": 0.3, "drop/layer1": 0.1},
+                                    {"step": 20, "drop/layer0": 0.4}])  # stopped early, layer1 missing at 20
+    steps, rates = mean_drop_matrix([a, b])
+    assert steps.tolist() == [10, 20]
+    np.testing.assert_allclose(rates, [[0.2, 0.3], [0.2, 0.4]])
+    figure = drop_heatmap([a, b], tmp_path / "mean.png", title="cola attendout, seeds 0, 1")
+    assert figure.stat().st_size > 1000
+    with pytest.raises(Exception, match="no drop/layerN"):
+        mean_drop_matrix([a, write_rates(tmp_path, "none", [{"step": 10, "loss": 1.0}])])
+
+
 def test_plot_errors_are_one_line(tmp_path, capsys):
     assert main(["plot", str(tmp_path / "missing")]) == 2
     assert "no such run directory" in capsys.readouterr().err

@@ -1,12 +1,14 @@
 """Figures drawn from a run directory's files only (metrics.jsonl, results.json): no model is loaded.
 
-- drop_heatmap: the per-layer drop rate logged every N steps, as a layer-by-step heatmap.
+- drop_heatmap: the per-layer drop rate logged every N steps, as a layer-by-step heatmap (one run, or the mean
+  over several).
 - convergence: dev metric and train loss against steps, one line per group of runs (mean ± std over seeds).
 """
 from __future__ import annotations
 
 import json
 import re
+import warnings
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -80,19 +82,43 @@ def save_figure(fig: Any, path: Path, bbox_inches: str | None = "tight") -> Path
     return path
 
 
-def drop_heatmap(run_dir: Path, path: Path) -> Path:
-    """Draw the learned (or applied) per-layer drop rates as a layer-by-step heatmap into `path`."""
-    steps, rates = drop_matrix(read_metrics(run_dir))
+def mean_drop_matrix(run_dirs: Sequence[Path]) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, rates[layer, log]): the per-layer drop rates averaged over runs, at the steps every run logged;
+    DataError naming the first run that logged no drop rates."""
+    matrices = []
+    for run_dir in run_dirs:
+        steps, rates = drop_matrix(read_metrics(run_dir))
+        if not steps.size:
+            raise DataError(Path(run_dir) / "metrics.jsonl", "no drop/layerN entries (a run with --dropout none "
+                            "logs no drop rates)")
+        matrices.append((steps, rates))
+    common = sorted(set.intersection(*(set(steps.tolist()) for steps, _ in matrices)))
+    layers = max(rates.shape[0] for _, rates in matrices)
+    stacked = np.full((len(matrices), layers, len(common)), np.nan)
+    for index, (steps, rates) in enumerate(matrices):
+        columns = [steps.tolist().index(step) for step in common]
+        stacked[index, : rates.shape[0]] = rates[:, columns]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a layer no run logged at a step stays NaN
+        return np.array(common), np.nanmean(stacked, axis=0)
+
+
+def drop_heatmap(run_dir: Path | Sequence[Path], path: Path, title: str | None = None) -> Path:
+    """Draw the learned (or applied) per-layer drop rates as a layer-by-step heatmap into `path`: of one run, or
+    the mean over several runs (e.g. one configuration's seeds) at the steps they all logged."""
+    runs = [Path(run_dir)] if isinstance(run_dir, (str, Path)) else [Path(r) for r in run_dir]
+    steps, rates = mean_drop_matrix(runs)
     if not steps.size:
-        raise DataError(Path(run_dir) / "metrics.jsonl", "no drop/layerN entries (a run with --dropout none "
-                        "logs no drop rates)")
+        raise DataError(runs[0] / "metrics.jsonl", f"the {len(runs)} runs logged drop rates at no common step")
+    name = title or (runs[0].name if len(runs) == 1 else ", ".join(r.name for r in runs))
+    over = "" if len(runs) == 1 else f", mean over {len(runs)} runs"
     plt = _figure()
     fig, ax = plt.subplots(figsize=(max(6.0, min(14.0, 0.15 * len(steps) + 4)), 0.4 * len(rates) + 1.8))
     edges = np.concatenate([[steps[0] - (steps[1] - steps[0] if len(steps) > 1 else 1)], steps])
     mesh = ax.pcolormesh(edges, np.arange(len(rates) + 1) - 0.5, rates, cmap="viridis", vmin=0,
                          vmax=max(0.1, float(np.nanmax(rates))))
     fig.colorbar(mesh, ax=ax, label="mean drop rate")
-    ax.set(xlabel="step", ylabel="layer", yticks=range(len(rates)), title=f"drop rate per layer: {Path(run_dir).name}")
+    ax.set(xlabel="step", ylabel="layer", yticks=range(len(rates)), title=f"drop rate per layer{over}: {name}")
     return save_figure(fig, path)
 
 

@@ -6,9 +6,9 @@ and seed reads that file (the plan states the dependency; the key hashes the att
 
 Report: attendout.md / attendout.json with dev metrics of the best checkpoint as mean ± std over seeds and a paired
 test across seeds against `standard`; convergence-<task>.png (dev metric and train loss against steps, one line per
-strategy, lowest finished seed) and drop-heatmap-<task>[-<variant>].png (the learned per-layer drop rates of AttendOut
-and of each AttendOut variant). Variants (`variants.<name>:` in the config file) are named strategies: a registered
-one with some run-config keys changed, each a row of the table.
+strategy, mean ± std over its finished seeds) and drop-heatmap-<task>[-<variant>].png (the learned per-layer drop
+rates of AttendOut and of each AttendOut variant, mean over finished seeds). Variants (`variants.<name>:` in the
+config file) are named strategies: a registered one with some run-config keys changed, each a row of the table.
 """
 from __future__ import annotations
 
@@ -199,7 +199,7 @@ class AttendoutGrid(Grid):
 
     def figures(self, specs: list[RunSpec]) -> list[Path]:
         """convergence-<task>.png over every finished seed of each strategy (mean ± std), and
-        drop-heatmap-<task>[-<variant>].png from each attendout strategy's lowest finished seed."""
+        drop-heatmap-<task>[-<variant>].png of each attendout strategy, the mean over its finished seeds."""
         from layerwise.plots import convergence, drop_heatmap
 
         written = []
@@ -215,8 +215,11 @@ class AttendoutGrid(Grid):
             for strategy in [s for s in self.strategies() if s in finished and self.base(s) == "attendout"]:
                 suffix = "" if strategy == "attendout" else f"-{strategy}"
                 try:
-                    written.append(drop_heatmap(finished[strategy][0].run_dir(self.out),
-                                                self.out / f"drop-heatmap-{task}{suffix}.png"))
+                    runs = finished[strategy]
+                    seeds = ", ".join(str(spec.seed) for spec in runs)
+                    written.append(drop_heatmap([spec.run_dir(self.out) for spec in runs],
+                                                self.out / f"drop-heatmap-{task}{suffix}.png",
+                                                title=f"{task} {strategy}, seeds {seeds}"))
                 except LayerwiseError as exc:
                     self.log(f"[reproduce] no heatmap for {task} {strategy}: {exc}")
         return written
