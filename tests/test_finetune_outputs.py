@@ -56,7 +56,9 @@ def test_mean_drop_matrix_averages_runs_at_the_steps_all_logged(tmp_path):
     np.testing.assert_allclose(rates, [[0.2, 0.3], [0.2, 0.4]])
     figure = drop_heatmap([a, b], tmp_path / "mean.png", title="cola attendout, seeds 0, 1")
     assert figure.stat().st_size > 1000
-    with pytest.raises(Exception, match="no drop/layerN"):
+    from layerwise.errors import DataError
+
+    with pytest.raises(DataError, match="no drop/layerN"):
         mean_drop_matrix([a, write_rates(tmp_path, "none", [{"step": 10, "loss": 1.0}])])
 
 

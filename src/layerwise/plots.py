@@ -96,8 +96,8 @@ def mean_drop_matrix(run_dirs: Sequence[Path]) -> tuple[np.ndarray, np.ndarray]:
     layers = max(rates.shape[0] for _, rates in matrices)
     stacked = np.full((len(matrices), layers, len(common)), np.nan)
     for index, (steps, rates) in enumerate(matrices):
-        columns = [steps.tolist().index(step) for step in common]
-        stacked[index, : rates.shape[0]] = rates[:, columns]
+        column_of = {step: column for column, step in reversed(list(enumerate(steps.tolist())))}  # first log wins
+        stacked[index, : rates.shape[0]] = rates[:, [column_of[step] for step in common]]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a layer no run logged at a step stays NaN
         return np.array(common), np.nanmean(stacked, axis=0)
@@ -107,6 +107,8 @@ def drop_heatmap(run_dir: Path | Sequence[Path], path: Path, title: str | None =
     """Draw the learned (or applied) per-layer drop rates as a layer-by-step heatmap into `path`: of one run, or
     the mean over several runs (e.g. one configuration's seeds) at the steps they all logged."""
     runs = [Path(run_dir)] if isinstance(run_dir, (str, Path)) else [Path(r) for r in run_dir]
+    if not runs:
+        raise ValueError("drop_heatmap needs at least one run directory")
     steps, rates = mean_drop_matrix(runs)
     if not steps.size:
         raise DataError(runs[0] / "metrics.jsonl", f"the {len(runs)} runs logged drop rates at no common step")
