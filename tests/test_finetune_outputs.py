@@ -11,9 +11,15 @@ from layerwise.cli import main
 from test_finetune import base_args, read_metrics, run_cli, write_cola
 
 
-def fake_run(root: Path, name: str, rates: bool = True) -> Path:
+def write_run(root: Path, name: str, records: list[dict]) -> Path:
+    """A run directory root/name holding only metrics.jsonl with `records`."""
     run = root / name
     run.mkdir(parents=True)
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return run
+
+
+def fake_run(root: Path, name: str, rates: bool = True) -> Path:
     lines = []
     for step in (10, 20, 30):
         record = {"step": step, "epoch": step / 30, "loss": 1.0 / step, "lr": 1e-5, "examples_per_s": 5.0,
@@ -22,8 +28,7 @@ def fake_run(root: Path, name: str, rates: bool = True) -> Path:
             record.update({"drop/layer0": 0.1 * step / 10, "drop/layer1": 0.05, "drop/layer1/head0": 0.05})
         lines.append(record)
         lines.append({"step": step, "eval": {"matthews": step / 3, "accuracy": 50.0}, "best": True})
-    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines), encoding="utf-8")
-    return run
+    return write_run(root, name, lines)
 
 
 def test_plot_heatmap_and_curves_of_several_runs(tmp_path, capsys):
@@ -36,20 +41,13 @@ def test_plot_heatmap_and_curves_of_several_runs(tmp_path, capsys):
     capsys.readouterr()
 
 
-def write_rates(root: Path, name: str, rows: list[dict]) -> Path:
-    run = root / name
-    run.mkdir(parents=True)
-    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    return run
-
-
 def test_mean_drop_matrix_averages_runs_at_the_steps_all_logged(tmp_path):
     from layerwise.plots import drop_heatmap, mean_drop_matrix
 
-    a = write_rates(tmp_path, "a", [{"step": 10, "drop/layer0": 0.1, "drop/layer1": 0.3},
+    a = write_run(tmp_path, "a", [{"step": 10, "drop/layer0": 0.1, "drop/layer1": 0.3},
                                     {"step": 20, "drop/layer0": 0.2, "drop/layer1": 0.4},
                                     {"step": 30, "drop/layer0": 0.9, "drop/layer1": 0.9}])
-    b = write_rates(tmp_path, "b", [{"step": 10, "drop/layer0": 0.3, "drop/layer1": 0.1},
+    b = write_run(tmp_path, "b", [{"step": 10, "drop/layer0": 0.3, "drop/layer1": 0.1},
                                     {"step": 20, "drop/layer0": 0.4}])  # stopped early, layer1 missing at 20
     steps, rates = mean_drop_matrix([a, b])
     assert steps.tolist() == [10, 20]
@@ -59,7 +57,7 @@ def test_mean_drop_matrix_averages_runs_at_the_steps_all_logged(tmp_path):
     from layerwise.errors import DataError
 
     with pytest.raises(DataError, match="no drop/layerN"):
-        mean_drop_matrix([a, write_rates(tmp_path, "none", [{"step": 10, "loss": 1.0}])])
+        mean_drop_matrix([a, write_run(tmp_path, "none", [{"step": 10, "loss": 1.0}])])
 
 
 def test_plot_errors_are_one_line(tmp_path, capsys):

@@ -21,13 +21,18 @@ ARCHIVED_GRIDS = [
 ]
 
 
+def _copy_of_archive(folder: Path, tmp_path: Path) -> Path:
+    """An output directory holding a copy of folder/runs (the test skips when the checkout lacks it)."""
+    if not (folder / "runs").is_dir():
+        pytest.skip(f"{folder.relative_to(REPO)}/runs is not in this checkout")
+    out = tmp_path / "out"
+    shutil.copytree(folder / "runs", out / "runs")
+    return out
+
+
 @pytest.mark.parametrize("experiment, options, folder", ARCHIVED_GRIDS)
 def test_docs_tables_rebuild_from_the_archived_records(experiment, options, folder, tmp_path, capsys):
-    archive = REPO / folder / "runs"
-    if not archive.is_dir():
-        pytest.skip(f"{folder}/runs is not in this checkout")
-    out = tmp_path / "out"
-    shutil.copytree(archive, out / "runs")
+    out = _copy_of_archive(REPO / folder, tmp_path)
     assert main(["reproduce", experiment, *options, "--data-dir", str(tmp_path / "no-data"),
                  "--output-dir", str(out), "--report"]) == 0  # the report needs no data and no weights
     rows = [line for line in (out / f"{experiment}.md").read_text(encoding="utf-8").splitlines()
@@ -56,11 +61,7 @@ def test_the_archive_table_lists_rows():
 
 @pytest.mark.parametrize("folder, arguments, kept, total", _archive_table_rows())
 def test_results_readme_run_counts_match_the_archive(folder, arguments, kept, total, tmp_path, capsys, monkeypatch):
-    archive = REPO / "results" / folder / "runs"
-    if not archive.is_dir():
-        pytest.skip(f"results/{folder}/runs is not in this checkout")
-    out = tmp_path / "out"
-    shutil.copytree(archive, out / "runs")
+    out = _copy_of_archive(REPO / "results" / folder, tmp_path)
     monkeypatch.chdir(REPO)  # the commands name their config files relative to the repository
     assert main(["reproduce", *arguments, "--data-dir", str(tmp_path / "no-data"),
                  "--output-dir", str(out), "--dry-run"]) == 0
