@@ -18,6 +18,7 @@ ARCHIVED_GRIDS = [
     ("attendout", ["--tasks", "cola", "--seeds", "3"], "results/attendout-glue-cpu"),
     ("attendout", ["--tasks", "cola", "--seeds", "5"], "results/attendout-glue-cpu"),
     ("attendout", ["--tasks", "mrpc", "--seeds", "3"], "results/attendout-glue-cpu"),
+    ("attendout", ["--tasks", "rte", "--seeds", "5"], "results/attendout-glue-cpu"),
 ]
 
 
