@@ -193,6 +193,31 @@ def test_time_limit_starts_no_run_whose_estimate_does_not_fit(tiny_bert, tiny_da
     assert len(calls) == 2 and not outcome.out_of_time and not outcome.blocked
 
 
+def test_time_limit_passes_over_a_run_that_does_not_fit_and_starts_a_later_one(tiny_bert, tiny_data, tmp_path,
+                                                                                monkeypatch):
+    import layerwise.reproduce.runner as runner
+    grid = _grid(tiny_bert, tiny_data, tmp_path, poolers=["avg_last", "cls_last"], objectives=["supervised"],
+                 seeds=1)
+    long_run, short_run = grid.plan()
+    assert "avg_last" in long_run.key and "cls_last" in short_run.key
+    leftover = long_run.run_dir(tmp_path)
+    leftover.mkdir(parents=True)
+    (leftover / "metrics.jsonl").write_text("{}\n")  # a run that stopped before its first checkpoint
+    monkeypatch.setattr(runner, "run_estimate",
+                        lambda grid, spec, state, rates: ("", 1e6 if spec.key == long_run.key else 1.0, ""))
+    calls = []
+
+    def train(spec, run_dir, resume):
+        calls.append(spec.key)
+        _fake_eval(run_dir, 70.0)
+
+    grid.train, grid.post = train, lambda spec, run_dir: None
+    outcome = run_grid(grid, log=lambda *_: None, time_limit=60.0)
+    assert calls == [short_run.key] and outcome.blocked == [long_run.key]
+    assert outcome.out_of_time.startswith(long_run.key)
+    assert (leftover / "metrics.jsonl").is_file()  # a run that does not start keeps its directory
+
+
 @pytest.mark.parametrize("text, seconds", [("45m", 2700), ("2h", 7200), ("1h30m", 5400), ("90s", 90),
                                            ("1.5h", 5400), (" 10M ", 600)])
 def test_durations_parse_with_their_units(text, seconds):

@@ -40,8 +40,9 @@ def _common(parser: argparse.ArgumentParser, seeds: int) -> None:
                         "soon as it finishes (what --archive DIR does afterwards), so the results outlive the "
                         "machine: point it into a git checkout")
     parser.add_argument("--time-limit", metavar="DURATION", help="e.g. 45m, 2h, 1h30m: start no run whose "
-                        "estimate (as --dry-run makes it) does not fit in what is left of DURATION, and stop "
-                        "between runs (for a batch job's or a session's time limit); rerun to go on")
+                        "estimate (as --dry-run makes it) does not fit in what is left of DURATION (later runs "
+                        "that fit still start), and stop between runs (for a batch job's or a session's time "
+                        "limit); rerun to go on")
 
 
 def add_parser(subparsers) -> None:

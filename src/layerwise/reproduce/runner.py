@@ -57,7 +57,7 @@ class Outcome:
     resumed: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     blocked: list[str] = field(default_factory=list)
-    out_of_time: str = ""  # set when --time-limit stopped the grid: the run that did not fit, and why
+    out_of_time: str = ""  # set when --time-limit kept a run from starting: the first such run, and why
 
 
 @dataclass
@@ -114,7 +114,8 @@ def run_grid(grid: Grid, log: Callable[[str], None] = print,
     `on_finished(spec, run_dir)` is called on rank 0 after each run that succeeded (e.g. to keep its records), and
     after the missing post-training work of an already finished run is done. With `time_limit` (seconds from now)
     no run starts whose estimate (as --dry-run makes it) does not fit in the time left: the grid stops between
-    runs, so nothing is left half-trained when the job or session ends; a run with no estimate starts.
+    runs, so nothing is left half-trained when the job or session ends; a run that does not fit is passed over
+    (a later, shorter one may still fit) and a run with no estimate starts.
 
     In a process group every rank must call it: rank 0 decides each next run and broadcasts it, all ranks train
     it, and the runs' outcomes are gathered after each run (the barrier between runs); a run failed when it
@@ -125,9 +126,7 @@ def run_grid(grid: Grid, log: Callable[[str], None] = print,
     attempted: set[str] = set()
     deadline = None if time_limit is None else time.monotonic() + time_limit
     while True:
-        step = _next_step(grid, outcome, attempted, log, on_finished) if info.is_main else None
-        if step is not None and deadline is not None and (late := _does_not_fit(grid, step, deadline)):
-            outcome.out_of_time, step = late, None
+        step = _next_step(grid, outcome, attempted, log, on_finished, deadline) if info.is_main else None
         received = _broadcast(step.portable() if step and info.enabled else step, info)
         step = step if info.is_main else received
         if step is None:
@@ -142,22 +141,24 @@ def run_grid(grid: Grid, log: Callable[[str], None] = print,
     return _broadcast(outcome, info)
 
 
-def _does_not_fit(grid: Grid, step: Step, deadline: float) -> str:
-    """Why `step` cannot start before `deadline` ('' when it fits or has no estimate)."""
+def _does_not_fit(grid: Grid, spec: RunSpec, deadline: float) -> str:
+    """Why `spec` cannot start before `deadline` ('' when it fits or has no estimate)."""
     specs = grid.plan()
-    state = status(step.spec, grid.out, finished_keys(specs, grid.out))
+    state = status(spec, grid.out, finished_keys(specs, grid.out))
     rates = measured_rates(specs, grid.out, grid.sentences, grid.characters)
-    _, seconds, _ = run_estimate(grid, step.spec, state, rates)
+    _, seconds, _ = run_estimate(grid, spec, state, rates)
     left = deadline - time.monotonic()
     if seconds is None or seconds <= left:
         return ""
-    return f"{step.key} is estimated at {fmt_seconds(seconds)} and {fmt_seconds(max(0.0, left))} of the limit is left"
+    return f"{spec.key} is estimated at {fmt_seconds(seconds)} and {fmt_seconds(max(0.0, left))} of the limit is left"
 
 
 def _next_step(grid: Grid, outcome: Outcome, attempted: set[str], log: Callable[[str], None],
-               on_finished: Callable[[RunSpec, Path], None] | None = None) -> Step | None:
+               on_finished: Callable[[RunSpec, Path], None] | None = None,
+               deadline: float | None = None) -> Step | None:
     """Rank 0: post-training work missing from finished runs (each completed one handed to `on_finished`), then
-    the next ready, unfinished run (a leftover directory without a checkpoint cleared); None when no run is left."""
+    the next ready, unfinished run that fits before `deadline` (a leftover directory without a checkpoint cleared;
+    a run that does not fit is passed over and noted in `outcome.out_of_time`); None when no run is left."""
     specs = grid.plan()
     finished = finished_keys(specs, grid.out)
     for spec in specs:  # post-training work missing from a finished run (e.g. an older version's run)
@@ -171,10 +172,17 @@ def _next_step(grid: Grid, outcome: Outcome, attempted: set[str], log: Callable[
                 on_finished(spec, run_dir)
     todo = [s for s in specs if not s.pending and s.key not in finished and s.key not in attempted
             and all(k in finished for k in s.after)]
-    if not todo:
-        return None
-    spec = todo[0]
-    attempted.add(spec.key)
+    for spec in todo:
+        attempted.add(spec.key)  # time only runs out: a run that does not fit now will not fit later either
+        late = _does_not_fit(grid, spec, deadline) if deadline is not None else ""
+        if not late:
+            return _prepared_step(grid, spec)
+        outcome.out_of_time = outcome.out_of_time or late
+    return None
+
+
+def _prepared_step(grid: Grid, spec: RunSpec) -> Step:
+    """The Step that trains or resumes `spec`, its run directory cleared when it holds no checkpoint."""
     run_dir = spec.run_dir(grid.out)
     resume = checkpoint_step(run_dir) is not None
     if run_dir.exists() and not resume:
@@ -347,7 +355,7 @@ def summarize(outcome: Outcome, out: Path, written: list[Path], log: Callable[[s
     for path in written:
         log(f"[reproduce] wrote {path}")
     if outcome.out_of_time:
-        log(f"[reproduce] stopped by --time-limit before {outcome.out_of_time}: {len(outcome.blocked)} run(s) "
+        log(f"[reproduce] stopped by --time-limit, first at {outcome.out_of_time}: {len(outcome.blocked)} run(s) "
             "left; rerun the same command to go on")
     if outcome.failed:
         print(f"[reproduce] {len(outcome.failed)} run(s) failed; see {out / FAILURES}", file=sys.stderr)
