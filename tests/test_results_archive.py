@@ -19,6 +19,8 @@ ARCHIVED_GRIDS = [
     ("attendout", ["--tasks", "cola", "--seeds", "5"], "results/attendout-glue-cpu"),
     ("attendout", ["--tasks", "mrpc", "--seeds", "3"], "results/attendout-glue-cpu"),
     ("attendout", ["--tasks", "rte", "--seeds", "5"], "results/attendout-glue-cpu"),
+    ("attendout", ["--tasks", "mrpc", "--seeds", "5"], "results/attendout-glue-cpu"),
+    ("attendout", ["--tasks", "cola,rte,mrpc", "--seeds", "5"], "results/attendout-glue-cpu"),
 ]
 
 
