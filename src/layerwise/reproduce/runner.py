@@ -141,10 +141,9 @@ def run_grid(grid: Grid, log: Callable[[str], None] = print,
     return _broadcast(outcome, info)
 
 
-def _does_not_fit(grid: Grid, spec: RunSpec, state: str, rates: dict[tuple, float], deadline: float) -> str:
-    """Why `spec` (in `state`, at the measured `rates`) cannot start before `deadline` ('' when it fits or has no
-    estimate)."""
-    _, seconds, _ = run_estimate(grid, spec, state, rates)
+def _does_not_fit(grid: Grid, spec: RunSpec, finished: set[str], rates: dict[tuple, float], deadline: float) -> str:
+    """Why `spec`, at the measured `rates`, cannot start before `deadline` ('' when it fits or has no estimate)."""
+    _, seconds, _ = run_estimate(grid, spec, status(spec, grid.out, finished), rates)
     left = deadline - time.monotonic()
     if seconds is None or seconds <= left:
         return ""
@@ -173,7 +172,7 @@ def _next_step(grid: Grid, outcome: Outcome, attempted: set[str], log: Callable[
     rates = measured_rates(specs, grid.out, grid.sentences, grid.characters) if deadline is not None and todo else {}
     for spec in todo:
         attempted.add(spec.key)  # time only runs out: a run that does not fit now will not fit later either
-        late = _does_not_fit(grid, spec, status(spec, grid.out, finished), rates, deadline) if deadline is not None else ""
+        late = "" if deadline is None else _does_not_fit(grid, spec, finished, rates, deadline)
         if not late:
             return _prepared_step(grid, spec)
         outcome.out_of_time = outcome.out_of_time or late
