@@ -43,6 +43,9 @@ def test_paired_test_matches_scipy_on_a_hand_example():
     assert result["p_wilcoxon"] == pytest.approx(stats.wilcoxon(x, y).pvalue)
     five = paired_test({s: attendout[s] for s in range(5)}, standard)
     assert five["p_wilcoxon"] is None and five["p_ttest"] is not None  # Wilcoxon only from 6 pairs
+    # why 6: the most extreme 5 pairs give an exact two-sided p of 0.0625 (never significant), 6 pairs 0.03125
+    assert stats.wilcoxon(range(1, 6), [0] * 5).pvalue == pytest.approx(0.0625)
+    assert stats.wilcoxon(range(1, 7), [0] * 6).pvalue == pytest.approx(0.03125)
     single = paired_test({0: 1.0}, {0: 2.0})
     assert single["p_ttest"] is None and fmt_p(single["p_ttest"]) == "n/a"
     assert paired_test({0: 1.0, 1: 2.0}, {0: 1.0, 1: 2.0})["p_ttest"] is None  # identical: no p, not a crash

@@ -269,7 +269,8 @@ class AttendoutGrid(Grid):
                  + (f" Training capped at {o.max_steps} steps." if o.max_steps else "")
                  + (f" Train and dev subsets of {o.subset} examples." if o.subset else ""), "",
                  markdown(header, rows), "", *self._variant_lines(), *self.settings_lines(),
-                 "Paired tests against `standard` (Wilcoxon signed-rank from 6 paired seeds on):", "",
+                 "Paired tests against `standard` (Wilcoxon signed-rank from 6 paired seeds on: with 5 or fewer "
+                 "its exact two-sided p cannot go below 0.0625, so it is n/a there):", "",
                  markdown(detail_header, detail, align_right_from=3) if detail else "(no finished pairs yet)\n"]
         if figures:
             lines += ["", "Figures: " + ", ".join(f"[{p.name}]({p.name})" for p in figures), ""]
