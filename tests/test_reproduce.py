@@ -318,19 +318,25 @@ def test_a_rate_from_another_task_is_scaled_by_its_characters_per_sentence(tmp_p
     assert measured_rates([cola], tmp_path, lambda cfg: 1, lambda cfg: None) == {}  # its data is not here
 
 
-def test_grid_characters_are_the_mean_sentence_length_capped_where_truncation_cuts(tiny_bert, tmp_path):
+def test_grid_characters_are_the_padded_batch_width_capped_where_truncation_cuts(tiny_bert, tmp_path):
     from test_finetune import sentence, write_cola
 
     from layerwise.reproduce.attendout import AttendoutGrid, AttendoutOptions
-    from layerwise.reproduce.plan import mean_characters
+    from layerwise.reproduce.plan import padded_characters
 
-    assert mean_characters(["a" * 1000, "bb"], cap=8) == 5.0 and mean_characters([], cap=8) == 1.0
+    assert padded_characters(["a" * 1000, "bb"], cap=8, batch_size=2) == 8.0  # one batch, as wide as its longest
+    assert padded_characters(["a" * 1000, "bb"], cap=8, batch_size=1) == 5.0  # unpadded: the capped mean
+    assert padded_characters(["aaaa", "b", "c", "d"], cap=8, batch_size=2) == 2.5  # widths 4 and 1, whatever order
+    assert padded_characters([], cap=8, batch_size=2) == 1.0
     data = write_cola(tmp_path / "data", train=20, dev=8)
     grid = AttendoutGrid(AttendoutOptions(model=str(tiny_bert), data_dir=str(data), output_dir=str(tmp_path / "o"),
                                           seeds=1, tasks=["cola"]), log=lambda *_: None)
     cfg = grid.plan()[0].config
-    assert grid.examples(cfg) == 20
-    assert grid.characters(cfg) == pytest.approx(sum(len(sentence(i)) for i in range(20)) / 20)
+    lengths = [len(sentence(i)) for i in range(20)]
+    assert grid.examples(cfg) == 20 and cfg.train.batch_size >= 20
+    assert grid.characters(cfg) == max(lengths)  # all 20 in one batch
+    cfg.train.batch_size = 1
+    assert grid.characters(cfg) == pytest.approx(sum(lengths) / 20)
     cfg.max_length = 2  # truncated at 2 tokens: each sentence counted up to 4 x 2 characters
     assert grid.characters(cfg) == 8.0
     cfg.subset = 1

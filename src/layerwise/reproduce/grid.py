@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from layerwise.errors import LayerwiseError
-from layerwise.reproduce.plan import CHARS_PER_TOKEN, RunSpec, mean_characters
+from layerwise.reproduce.plan import CHARS_PER_TOKEN, RunSpec, padded_characters
 
 
 class Grid:
@@ -29,17 +29,19 @@ class Grid:
         return size[0] if size else None
 
     def characters(self, cfg: Any) -> float | None:
-        """Mean characters per training sentence, each capped where the tokenizer truncates (CHARS_PER_TOKEN x
-        max_length): a step's cost scales with it across tasks, which the time estimate uses."""
+        """Mean width in characters of a padded training batch (`padded_characters`, texts capped where the tokenizer
+        truncates, CHARS_PER_TOKEN x max_length): a step's cost scales with it across tasks, which the time estimate
+        uses."""
         size = self._size(cfg)
         return size[1] if size else None
 
     def _size(self, cfg: Any) -> tuple[int, float] | None:
-        key = self.data_key(cfg)
+        key = (*self.data_key(cfg), cfg.train.batch_size)
         if key not in self._sizes:
             try:
                 count, texts = self.train_texts(cfg)
-                self._sizes[key] = (count, mean_characters(texts, CHARS_PER_TOKEN * cfg.max_length))
+                cap = CHARS_PER_TOKEN * cfg.max_length
+                self._sizes[key] = (count, padded_characters(texts, cap, cfg.train.batch_size))
             except LayerwiseError:
                 self._sizes[key] = None
         return self._sizes[key]

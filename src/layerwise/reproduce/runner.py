@@ -340,7 +340,7 @@ def dry_run(grid: Grid, log: Callable[[str], None] = print) -> list[dict[str, An
     how = " and ".join(sorted(sources)) or "no"
     log(f"{len(rows)} runs, {len(rows) - left} finished, {left} left; ESTIMATED time left: {fmt_seconds(total)}"
         f"{f' (+{unknown} runs not yet estimable)' if unknown else ''} "
-        f"[from {how} rates: 'measured' = seconds per character of training text in the finished runs in {grid.out}, "
+        f"[from {how} rates: 'measured' = seconds per padded batch character in the finished runs in {grid.out}, "
         "'constant' = a rough per-model-size figure (see docs/reproduce.md); evaluation time is only partly included]")
     return rows
 
