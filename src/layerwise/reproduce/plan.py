@@ -45,16 +45,17 @@ CHARS_PER_TOKEN = 4
 
 
 def padded_characters(texts: list[str], cap: int, batch_size: int) -> float:
-    """Mean width in characters of a padded batch: `texts` shuffled (fixed seed) into batches of `batch_size`, each
-    as wide as its longest text, counted up to `cap` (1.0 for no texts). Batches are padded to their longest
-    sequence, so a step's cost follows this width, not the mean length: on the CPU runs of results/attendout-glue-cpu
-    a step took 7.7-9.5 ms per padded character on CoLA, SST-2, MRPC and RTE, but 12-26 ms per mean character."""
+    """Mean width in characters of a padded batch: `texts` shuffled into batches of `batch_size` as training does
+    (seed 0), each as wide as its longest text, counted up to `cap` (1.0 for no texts). Batches are padded to their
+    longest sequence, so a step's cost follows this width, not the mean length (measured on the kept CPU runs:
+    docs/reproduce.md, "The time estimate of --dry-run")."""
+    from layerwise.data.batching import epoch_batches
+
     if not texts:
         return 1.0
     lengths = np.minimum(np.array([len(text) for text in texts]), cap)
-    order = np.random.default_rng(0).permutation(len(lengths))
-    widths = [lengths[order[start:start + batch_size]].max() for start in range(0, len(order), max(1, batch_size))]
-    return float(np.mean(widths))
+    batches = epoch_batches(len(lengths), max(1, batch_size), seed=0, epoch=0, min_size=1)
+    return float(np.mean([lengths[batch].max() for batch in batches]))
 
 
 @dataclass
