@@ -1,8 +1,7 @@
 """`layerwise finetune`: GLUE fine-tuning with a selectable attention-dropout strategy (AttendOut and baselines)."""
 from __future__ import annotations
 
-from layerwise.training.run_dir import run_training_command
-from layerwise.config import add_config_arguments
+from layerwise.training.run_dir import add_training_arguments, run_training_command
 from layerwise.training.finetune import RESULTS_FILE, FinetuneConfig, finetune, summary
 
 
@@ -13,10 +12,7 @@ def add_parser(subparsers) -> None:
                     "evaluate on dev each epoch (or every --eval-every steps) with the task's metric, keep the "
                     "best model, and log per-layer drop rates. Strategies: none, standard, attendout, layerdrop, "
                     "attn_layerdrop, scheduled_bernoulli (options under drop.*, e.g. --set drop.rate=0.2).")
-    add_config_arguments(parser, FinetuneConfig)
-    parser.add_argument("--resume", action="store_true",
-                        help="continue the run in --output-dir from its last checkpoint")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing run in --output-dir")
+    add_training_arguments(parser, FinetuneConfig)
     parser.set_defaults(func=run)
 
 

@@ -1,8 +1,7 @@
 """`layerwise train-embed`: contrastive sentence-embedding training with a (layer-attention) pooler."""
 from __future__ import annotations
 
-from layerwise.config import add_config_arguments
-from layerwise.training.run_dir import run_training_command
+from layerwise.training.run_dir import add_training_arguments, run_training_command
 from layerwise.training.embed import EmbedConfig, summary_table, train_embed
 
 
@@ -12,10 +11,7 @@ def add_parser(subparsers) -> None:
         description="Train a sentence encoder with InfoNCE (supervised NLI triplets, unsupervised dropout "
                     "positives, or both), evaluate STS-B dev during training, keep the best checkpoint, and "
                     "report STS-B test for the untrained and trained model in every inference mode.")
-    add_config_arguments(parser, EmbedConfig)
-    parser.add_argument("--resume", action="store_true",
-                        help="continue the run in --output-dir from its last checkpoint")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing run in --output-dir")
+    add_training_arguments(parser, EmbedConfig)
     parser.set_defaults(func=run)
 
 

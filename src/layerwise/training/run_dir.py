@@ -46,6 +46,16 @@ def prepare_run_dir(output_dir: str, default_name: str, resume: bool, overwrite:
     return run_dir
 
 
+def add_training_arguments(parser: Any, config_cls: type) -> None:
+    """The flags train-embed and finetune share: the config's options, --resume and --overwrite."""
+    from layerwise.config import add_config_arguments
+
+    add_config_arguments(parser, config_cls)
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --output-dir from its last checkpoint")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing run in --output-dir")
+
+
 def run_training_command(args: Any, config_cls: type, default_name: Callable[[Any], str], results_file: str,
                          train: Callable[..., Any], summary: Callable[[dict], str]) -> int:
     """The shared flow of train-embed and finetune: config, run directory (a resumed run keeps its own
