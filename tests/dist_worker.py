@@ -64,7 +64,28 @@ def reproduce_failing_on_rank1(argv: list[str]) -> int:
     return main(rest)
 
 
-if __name__ == "__main__":  # torchrun tests/dist_worker.py MARKER reproduce pooling ...
+def sigterm_on_rank1(argv: list[str]) -> int:
+    """`layerwise <argv[1:]>` with rank 1 alone sent SIGTERM right after optimizer step int(argv[0])."""
+    import signal
+
+    from layerwise.cli import main
+    from layerwise.training.loop import Trainer
+
+    at, *rest = argv
+    real_step = Trainer._optimizer_step
+
+    def step_then_signal(self) -> None:
+        real_step(self)
+        if dist.get_rank() == 1 and self.state["global_step"] == int(at):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    Trainer._optimizer_step = step_then_signal
+    return main(rest)
+
+
+if __name__ == "__main__":  # torchrun tests/dist_worker.py [--sigterm-rank1-at STEP | MARKER] COMMAND ...
     import sys
 
+    if sys.argv[1] == "--sigterm-rank1-at":
+        sys.exit(sigterm_on_rank1(sys.argv[2:]))
     sys.exit(reproduce_failing_on_rank1(sys.argv[1:]))

@@ -116,3 +116,30 @@ def test_torchrun_finetune_with_attendout_saves_gnet_once(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("run directory:") == 1
     assert (tmp_path / "run" / "results.json").is_file() and (tmp_path / "run" / "gnet").is_dir()
+
+
+def test_sigterm_on_one_torchrun_process_stops_both_with_one_checkpoint_and_resume_finishes(tiny_bert, tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tiny import write_tiny_data
+
+    data, out = write_tiny_data(tmp_path / "data"), tmp_path / "run"
+    args = ["train-embed", "--model", str(tiny_bert), "--data-dir", str(data), "--output-dir", str(out),
+            "--batch-size", "4", "--max-steps", "6", "--eval-every", "4", "--max-length", "16",
+            "--static-sentences", "10", "--set", "train.progress=false"]
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+    worker_file = str(Path(__file__).with_name("dist_worker.py"))
+    proc = subprocess.run([*launcher, worker_file, "--sigterm-rank1-at", "2", *args], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode != 0
+    assert "stopped at step 2 of 6 (another process was asked to stop)" in proc.stderr, proc.stderr[-3000:]
+    assert "stopped at step 2 of 6 (SIGTERM)" in proc.stderr  # rank 1, which got the signal
+    assert [p.name for p in (out / "checkpoints").iterdir()] == ["step-2"] and not (out / "eval.json").exists()
+
+    proc = subprocess.run([*launcher, "-m", "layerwise.cli", *args, "--resume"], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((out / "eval.json").read_text())["steps"] == 6

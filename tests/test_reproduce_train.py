@@ -187,3 +187,36 @@ def test_keep_records_under_a_shard_copies_only_that_shards_runs(tiny_bert, tmp_
         assert main([*grid, "--shard", f"{k}/2", "--keep-records", str(tmp_path / f"kept{k}")]) == 0
         kept[k] = {run.name.rsplit("-", 2)[0] for run in (tmp_path / f"kept{k}" / "runs").iterdir()}
     assert kept == {0: {"finetune-cola-standard"}, 1: {"finetune-cola-none"}}
+
+
+def test_time_limit_stops_a_training_run_with_a_checkpoint_and_a_rerun_resumes_it(tiny_bert, tmp_path, capsys,
+                                                                                 monkeypatch):
+    from layerwise.training import stopping
+    from layerwise.training.loop import Trainer
+    from test_finetune import write_cola
+
+    real_step = Trainer._optimizer_step
+
+    def step_then_time_is_up(self) -> None:  # the first run outlasts the limit: its clock jumps past it at step 1
+        real_step(self)
+        if self.state["global_step"] == 1 and stopping._LIMIT[0] is not None:
+            stopping._LIMIT[0] = (0.0, stopping._LIMIT[0][1])
+
+    monkeypatch.setattr(Trainer, "_optimizer_step", step_then_time_is_up)
+    data, out = write_cola(tmp_path / "data", train=24, dev=10), tmp_path / "out"
+    grid = ["reproduce", "attendout", "--model", str(tiny_bert), "--data-dir", str(data), "--seeds", "1", "--tasks",
+            "cola", "--strategies", "standard,none", "--max-steps", "3", "--device", "cpu", "--set",
+            "train.batch_size=8", "--output-dir", str(out)]
+    assert main([*grid, "--time-limit", "1h"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    stopped = [line for line in lines if line.startswith("[reproduce] stopped finetune-cola-")]
+    assert len(stopped) == 1 and "at step 1 of 3 (--time-limit)" in stopped[0], lines
+    assert "2 run(s) left; rerun the same command to resume it and go on" in stopped[0]
+    run_dir = next((out / "runs").iterdir())
+    assert (run_dir / "checkpoints" / "step-1").is_dir() and not (run_dir / "results.json").exists()
+    assert not (out / "failures.jsonl").exists()
+
+    assert main(grid) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert f"[reproduce] resuming {run_dir.name}" in lines
+    assert all((run / "results.json").is_file() for run in (out / "runs").iterdir())

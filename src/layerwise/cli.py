@@ -10,6 +10,7 @@ import sys
 import warnings
 
 from layerwise.errors import LayerwiseError
+from layerwise.training.stopping import TrainingStopped
 
 # One entry per command module; add a module here to add a subcommand.
 COMMAND_MODULES = (
@@ -51,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     _one_line_warnings(args.command)
     try:
         return int(args.func(args) or 0)
+    except TrainingStopped as exc:
+        print(f"layerwise {args.command}: {exc}; rerun the same command with --resume to go on", file=sys.stderr)
+        return exc.exit_code
     except LayerwiseError as exc:
         print(f"layerwise {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import argparse
-import re
 import warnings
 from importlib import import_module
 from pathlib import Path
 from typing import Any
 
 from layerwise.config import build_config, read_config_file
+from layerwise.training.stopping import parse_duration
 
 COMMON = "Runs are keyed by a hash of their resolved config under OUT/runs/; finished runs are skipped, interrupted " \
          "ones resume from their last checkpoint, failures go to OUT/failures.jsonl and the others go on; the " \
@@ -41,8 +41,9 @@ def _common(parser: argparse.ArgumentParser, seeds: int) -> None:
                         "machine: point it into a git checkout")
     parser.add_argument("--time-limit", metavar="DURATION", help="e.g. 45m, 2h, 1h30m: start no run whose "
                         "estimate (as --dry-run makes it) does not fit in what is left of DURATION (later runs "
-                        "that fit still start), and stop between runs (for a batch job's or a session's time "
-                        "limit); rerun to go on")
+                        "that fit still start), and stop a run still training when DURATION is up with a "
+                        "checkpoint at its next step (for a batch job's or a session's time limit; SIGTERM and a "
+                        "first Ctrl-C stop the same way); rerun the same command to go on")
 
 
 def add_parser(subparsers) -> None:
@@ -136,21 +137,6 @@ def _go(grid, args) -> int:
     if problem:
         return _refuse(problem, rank)
     return _train(grid, rank, world, args.keep_records, time_limit)
-
-
-DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?")
-
-
-def parse_duration(text: str) -> float:
-    """Seconds of a duration written as hours, minutes and seconds with their units: 90m, 2h, 1h30m, 45s."""
-    match = DURATION.fullmatch(text.strip().lower())
-    if not text.strip() or not match or not any(match.groups()):
-        raise ValueError("expected a duration with units, such as 45m, 2h or 1h30m")
-    hours, minutes, seconds = (float(part or 0) for part in match.groups())
-    total = hours * 3600 + minutes * 60 + seconds
-    if total <= 0:
-        raise ValueError("expected a duration above zero")
-    return total
 
 
 def _look(grid, dry: bool) -> int:

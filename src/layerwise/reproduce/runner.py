@@ -28,7 +28,7 @@ from typing import Any, Callable, Protocol
 from layerwise.reproduce.plan import (
     RunSpec, checkpoint_step, estimate_seconds, fmt_seconds, is_finished, measured_rates, status, total_steps,
 )
-from layerwise.training import distributed
+from layerwise.training import distributed, stopping
 
 FAILURES = "failures.jsonl"
 # Rank 0 alone evaluates, post-processes and plans while the others wait on the runner's group: allow it hours. A
@@ -58,6 +58,8 @@ class Outcome:
     failed: list[str] = field(default_factory=list)
     blocked: list[str] = field(default_factory=list)
     out_of_time: str = ""  # set when --time-limit kept a run from starting: the first such run, and why
+    stopped: str = ""  # set when a run was stopped (with a checkpoint) by --time-limit or a signal: which, and why
+    stop_code: int = 0  # the exit code of that stop: 0 for the time limit, 128 + the signal's number
 
 
 @dataclass
@@ -113,9 +115,10 @@ def run_grid(grid: Grid, log: Callable[[str], None] = print,
     """Run every ready, unfinished run in plan order until none is left; failures are recorded, not raised.
     `on_finished(spec, run_dir)` is called on rank 0 after each run that succeeded (e.g. to keep its records), and
     after the missing post-training work of an already finished run is done. With `time_limit` (seconds from now)
-    no run starts whose estimate (as --dry-run makes it) does not fit in the time left: the grid stops between
-    runs, so nothing is left half-trained when the job or session ends; a run that does not fit is passed over
-    (a later, shorter one may still fit) and a run with no estimate starts.
+    no run starts whose estimate (as --dry-run makes it) does not fit in the time left (a run that does not fit is
+    passed over: a later, shorter one may still fit; a run with no estimate starts), and a run still training when
+    the time is up stops at its next step with a checkpoint, as on SIGTERM or a first Ctrl-C: the grid ends there
+    (`outcome.stopped`) and a rerun resumes that run.
 
     In a process group every rank must call it: rank 0 decides each next run and broadcasts it, all ranks train
     it, and the runs' outcomes are gathered after each run (the barrier between runs); a run failed when it
@@ -125,14 +128,21 @@ def run_grid(grid: Grid, log: Callable[[str], None] = print,
     outcome = Outcome()
     attempted: set[str] = set()
     deadline = None if time_limit is None else time.monotonic() + time_limit
-    while True:
-        step = _next_step(grid, outcome, attempted, log, on_finished, deadline) if info.is_main else None
-        received = _broadcast(step.portable() if step and info.enabled else step, info)
-        step = step if info.is_main else received
-        if step is None:
-            break
-        if _run_step(grid, step, outcome, info, log) and info.is_main and on_finished is not None:
-            on_finished(step.spec, step.run_dir)
+    with stopping.time_limit(time_limit, "--time-limit"):
+        while True:
+            step = _next_step(grid, outcome, attempted, log, on_finished, deadline) if info.is_main else None
+            received = _broadcast(step.portable() if step and info.enabled else step, info)
+            step = step if info.is_main else received
+            if step is None:
+                break
+            try:
+                succeeded = _run_step(grid, step, outcome, info, log)
+            except stopping.TrainingStopped as stop:
+                outcome.stopped = f"{step.key} {stop.where}"
+                outcome.stop_code = 0 if stop.exit_code == stopping.EXIT_STOPPED else stop.exit_code
+                break
+            if succeeded and info.is_main and on_finished is not None:
+                on_finished(step.spec, step.run_dir)
     if info.is_main:
         specs = grid.plan()
         finished = finished_keys(specs, grid.out)
@@ -234,8 +244,8 @@ def _failure_of(work: Callable[[], None], key: str) -> dict[str, Any] | None:
     try:
         work()
         return None
-    except KeyboardInterrupt:
-        raise
+    except (KeyboardInterrupt, stopping.TrainingStopped):
+        raise  # Ctrl-C, and a graceful stop, end the grid
     except Exception as exc:  # noqa: BLE001 - one failed run must not stop the grid
         return failure_line(key, exc)
 
@@ -355,7 +365,10 @@ def summarize(outcome: Outcome, out: Path, written: list[Path], log: Callable[[s
     if outcome.out_of_time:
         log(f"[reproduce] stopped by --time-limit, first at {outcome.out_of_time}: {len(outcome.blocked)} run(s) "
             "left; rerun the same command to go on")
+    if outcome.stopped:
+        log(f"[reproduce] stopped {outcome.stopped}: {len(outcome.blocked)} run(s) left; rerun the same command "
+            "to resume it and go on")
     if outcome.failed:
         print(f"[reproduce] {len(outcome.failed)} run(s) failed; see {out / FAILURES}", file=sys.stderr)
         return 1
-    return 0
+    return outcome.stop_code

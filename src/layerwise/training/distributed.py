@@ -52,6 +52,7 @@ def setup(device_name: str) -> tuple[torch.device, DistInfo]:
     info = init_from_env(device)
     if device.type == "cuda" and info.enabled:
         device = torch.device("cuda", info.local_rank)
+        torch.cuda.set_device(device)  # nccl's collectives run on the current device
     return device, info
 
 
@@ -127,6 +128,22 @@ def mean_across(value: float) -> float:
     info = current()
     if not info.enabled:
         return value
-    tensor = torch.tensor([value], dtype=torch.float64)
+    tensor = torch.tensor([value], dtype=torch.float64, device=_reduce_device())
     dist.all_reduce(tensor)
     return float(tensor) / info.world_size
+
+
+def any_across(flag: bool) -> bool:
+    """True on every process when `flag` is true on any of them."""
+    if not current().enabled:
+        return flag
+    tensor = torch.tensor([1.0 if flag else 0.0], dtype=torch.float64, device=_reduce_device())
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return bool(tensor.item())
+
+
+def _reduce_device() -> torch.device:
+    """Where a small all-reduce's tensor must live: nccl reduces CUDA tensors only."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")

@@ -1,7 +1,8 @@
 """One short training loop shared by train-embed and finetune.
 
 AdamW with a linear warmup schedule, gradient accumulation and clipping, a progress bar, metrics.jsonl,
-evaluation with the best model kept, atomic resumable checkpoints, and a stop (or skip) on a NaN loss.
+evaluation with the best model kept, atomic resumable checkpoints, a stop (or skip) on a NaN loss, and a graceful
+stop with a checkpoint on SIGTERM, a first Ctrl-C or a time limit (training.stopping).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from layerwise.training import distributed
 from layerwise.training.checkpoint import (
     atomic_dir, commit_dir, list_checkpoints, load_checkpoint, prune_checkpoints, save_checkpoint,
 )
+from layerwise.training.stopping import StopRequest, TrainingStopped
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -82,6 +84,8 @@ class Trainer:
         self.state = {"global_step": 0, "epoch": 0, "batches_in_epoch": 0, "best_metric": None, "best_step": None,
                       "skipped_batches": 0, "last_eval_step": None, "train_seconds": 0.0}
         self._clock: tuple[float, float] = (time.perf_counter(), 0.0)  # (this session's start, seconds before it)
+        self.stop_request = StopRequest()  # inactive until fit() enters it
+        self._saved_step: int | None = None  # the step of the last checkpoint this process wrote or joined
 
     # ----------------------------------------------------------------------------------------- paths
     @property
@@ -109,7 +113,8 @@ class Trainer:
             (self.run_dir / METRICS_FILE).unlink()
         self._clock = (time.perf_counter(), float(self.state.get("train_seconds") or 0.0))
         try:
-            self._train_to_the_end()
+            with self.stop_request:
+                self._train_to_the_end()
         finally:
             for reporter in self.reporters:
                 reporter.close()
@@ -213,6 +218,22 @@ class Trainer:
         every = self.cfg.checkpoint_every or self.cfg.eval_every
         if every and step % every == 0 and step < self.total_steps:
             self._checkpoint()
+        if step < self.total_steps:
+            self._stop_if_asked()
+
+    def _stop_if_asked(self) -> None:
+        """Checkpoint and raise TrainingStopped when a signal or the time limit asked (any process asking stops
+        them all)."""
+        reason = self.stop_request.reason()
+        if self.dist.enabled and distributed.any_across(bool(reason)):
+            reason = reason or "another process was asked to stop"
+        if not reason:
+            return
+        step = self.state["global_step"]
+        if self._saved_step != step:
+            self._checkpoint()
+        raise TrainingStopped(step, self.total_steps, reason, self.checkpoint_root / f"step-{step}",
+                              self.stop_request.exit_code())
 
     # ------------------------------------------------------------------------------- eval, checkpoints
     def _evaluate_and_keep_best(self) -> None:
@@ -242,6 +263,7 @@ class Trainer:
             state = {**self.state, "train_seconds": self._seconds()}
             save_checkpoint(target, self.model, self.optimizer, self.scheduler, state, self.stateful)
             prune_checkpoints(self.checkpoint_root, max(self.cfg.keep_last, 1))
+        self._saved_step = self.state["global_step"]
         distributed.barrier()
 
     def _resume(self) -> None:

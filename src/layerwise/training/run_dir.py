@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 from layerwise.errors import LayerwiseError
 from layerwise.training.checkpoint import list_checkpoints
+from layerwise.training.stopping import TrainingStopped, parse_duration, time_limit as limited_to
 
 # Each command writes one of these last: its presence marks a finished run.
 FINISHED_MARKERS = ("eval.json", "results.json")
@@ -47,13 +48,16 @@ def prepare_run_dir(output_dir: str, default_name: str, resume: bool, overwrite:
 
 
 def add_training_arguments(parser: Any, config_cls: type) -> None:
-    """The flags train-embed and finetune share: the config's options, --resume and --overwrite."""
+    """The flags train-embed and finetune share: the config's options, --resume, --overwrite and --time-limit."""
     from layerwise.config import add_config_arguments
 
     add_config_arguments(parser, config_cls)
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --output-dir from its last checkpoint")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run in --output-dir")
+    parser.add_argument("--time-limit", metavar="DURATION", help="e.g. 45m, 2h, 1h30m: when DURATION is up, save "
+                        "a checkpoint at the next step and stop (exit 4; SIGTERM and a first Ctrl-C stop the same "
+                        "way, exit 143 and 130); --resume goes on from it")
 
 
 def run_training_command(args: Any, config_cls: type, default_name: Callable[[Any], str], results_file: str,
@@ -62,6 +66,10 @@ def run_training_command(args: Any, config_cls: type, default_name: Callable[[An
     config.yaml, with this command's flags on top), train or report the finished run, print the summary."""
     from layerwise.config import config_from_args
 
+    try:
+        time_limit = parse_duration(args.time_limit) if args.time_limit is not None else None
+    except ValueError as exc:
+        raise LayerwiseError(f"--time-limit {args.time_limit}: {exc}") from None
     cfg = config_from_args(config_cls, args)
     run_dir = prepare_run_dir(cfg.output_dir, default_name(cfg), args.resume, args.overwrite)
     if args.resume and (run_dir / "config.yaml").is_file():
@@ -72,7 +80,12 @@ def run_training_command(args: Any, config_cls: type, default_name: Callable[[An
     else:
         from layerwise.training.distributed import teardown
 
-        results = train(cfg, run_dir, resume=args.resume).results
+        try:
+            with limited_to(time_limit, f"--time-limit {args.time_limit}"):
+                results = train(cfg, run_dir, resume=args.resume).results
+        except TrainingStopped:
+            teardown()  # every process stopped at the same step: they leave the group together
+            raise
         teardown()  # under torchrun: every process leaves the group before exiting
         if not results:  # a non-main process of a distributed run: the main one reports
             return 0
