@@ -70,16 +70,14 @@ def sigterm_on_rank1(argv: list[str]) -> int:
 
     from layerwise.cli import main
     from layerwise.training.loop import Trainer
+    from test_reliability_helpers import after_optimizer_step
 
-    at, *rest = argv
-    real_step = Trainer._optimizer_step
-
-    def step_then_signal(self) -> None:
-        real_step(self)
-        if dist.get_rank() == 1 and self.state["global_step"] == int(at):
+    def signal_rank1(_) -> None:
+        if dist.get_rank() == 1:
             os.kill(os.getpid(), signal.SIGTERM)
 
-    Trainer._optimizer_step = step_then_signal
+    at, *rest = argv
+    Trainer._optimizer_step = after_optimizer_step(int(at), signal_rank1)
     return main(rest)
 
 

@@ -8,6 +8,7 @@ import random
 import shutil
 import sys
 from pathlib import Path
+from typing import Any, Callable
 
 from tiny import WORDS
 
@@ -122,3 +123,17 @@ def python_cli(*args: str) -> list[str]:
 
 TRAIN_FAST = ["--max-steps", "2", "--batch-size", "4", "--eval-every", "1", "--set", "train.progress=false",
               "--static-sentences", "8"]
+
+
+def after_optimizer_step(step: int, action: Callable[[Any], None]) -> Callable[[Any], None]:
+    """A replacement for Trainer._optimizer_step that calls `action(trainer)` right after optimizer step `step`."""
+    from layerwise.training.loop import Trainer
+
+    real_step = Trainer._optimizer_step
+
+    def step_then_act(self) -> None:
+        real_step(self)
+        if self.state["global_step"] == step:
+            action(self)
+
+    return step_then_act

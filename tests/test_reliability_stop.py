@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from test_reliability_helpers import error_lines, run_cli, write_data
+from test_reliability_helpers import after_optimizer_step, error_lines, run_cli, write_data
 from test_reliability_resume import assert_same_run
 
 STEPS = 20
@@ -31,14 +31,7 @@ def signal_at_step(monkeypatch, signum: int, step: int) -> None:
     """Send this process `signum` right after optimizer step `step`, as a scheduler or a user would."""
     from layerwise.training.loop import Trainer
 
-    real_step = Trainer._optimizer_step
-
-    def step_then_signal(self) -> None:
-        real_step(self)
-        if self.state["global_step"] == step:
-            os.kill(os.getpid(), signum)
-
-    monkeypatch.setattr(Trainer, "_optimizer_step", step_then_signal)
+    monkeypatch.setattr(Trainer, "_optimizer_step", after_optimizer_step(step, lambda _: os.kill(os.getpid(), signum)))
 
 
 def test_sigterm_saves_a_checkpoint_stops_and_resume_matches_an_uninterrupted_run(

@@ -194,15 +194,13 @@ def test_time_limit_stops_a_training_run_with_a_checkpoint_and_a_rerun_resumes_i
     from layerwise.training import stopping
     from layerwise.training.loop import Trainer
     from test_finetune import write_cola
+    from test_reliability_helpers import after_optimizer_step
 
-    real_step = Trainer._optimizer_step
-
-    def step_then_time_is_up(self) -> None:  # the first run outlasts the limit: its clock jumps past it at step 1
-        real_step(self)
-        if self.state["global_step"] == 1 and stopping._LIMIT[0] is not None:
+    def time_is_up(_) -> None:  # the first run outlasts the limit: its clock jumps past it at step 1
+        if stopping._LIMIT[0] is not None:
             stopping._LIMIT[0] = (0.0, stopping._LIMIT[0][1])
 
-    monkeypatch.setattr(Trainer, "_optimizer_step", step_then_time_is_up)
+    monkeypatch.setattr(Trainer, "_optimizer_step", after_optimizer_step(1, time_is_up))
     data, out = write_cola(tmp_path / "data", train=24, dev=10), tmp_path / "out"
     grid = ["reproduce", "attendout", "--model", str(tiny_bert), "--data-dir", str(data), "--seeds", "1", "--tasks",
             "cola", "--strategies", "standard,none", "--max-steps", "3", "--device", "cpu", "--set",

@@ -127,8 +127,7 @@ def run_grid(grid: Grid, log: Callable[[str], None] = print,
     log = log if info.is_main else _quiet
     outcome = Outcome()
     attempted: set[str] = set()
-    deadline = None if time_limit is None else time.monotonic() + time_limit
-    with stopping.time_limit(time_limit, "--time-limit"):
+    with stopping.time_limit(time_limit, "--time-limit") as deadline:
         while True:
             step = _next_step(grid, outcome, attempted, log, on_finished, deadline) if info.is_main else None
             received = _broadcast(step.portable() if step and info.enabled else step, info)

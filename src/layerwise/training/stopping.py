@@ -40,13 +40,15 @@ def parse_duration(text: str) -> float:
 
 
 @contextmanager
-def time_limit(seconds: float | None, label: str = "time limit") -> Iterator[None]:
-    """Within the block, training stops (with a checkpoint) once `seconds` from now have passed."""
+def time_limit(seconds: float | None, label: str = "time limit") -> Iterator[float | None]:
+    """Within the block, training stops (with a checkpoint) once `seconds` from now have passed; yields that
+    time.monotonic() deadline (None without a limit)."""
     saved = _LIMIT[0]
-    if seconds is not None:
-        _LIMIT[0] = (time.monotonic() + seconds, label)
+    deadline = None if seconds is None else time.monotonic() + seconds
+    if deadline is not None:
+        _LIMIT[0] = (deadline, label)
     try:
-        yield
+        yield deadline
     finally:
         _LIMIT[0] = saved
 
