@@ -21,7 +21,7 @@ ARCHIVED_GRIDS = [
     ("attendout", ["--tasks", "rte", "--seeds", "5"], "results/attendout-glue-cpu"),
     ("attendout", ["--tasks", "mrpc", "--seeds", "5"], "results/attendout-glue-cpu"),
     ("attendout", ["--tasks", "cola,rte,mrpc", "--seeds", "5"], "results/attendout-glue-cpu"),
-    ("attendout", ["--tasks", "sst2", "--seeds", "3"], "results/attendout-glue-cpu"),
+    ("attendout", ["--tasks", "sst2", "--seeds", "4"], "results/attendout-glue-cpu"),
     ("pooling", ["--poolers", "avg_last,weighted_layers", "--objectives", "supervised", "--pooler-lrs", "1e-2,1e-1,1",
                  "--seeds", "3"], "results/pooling-wl-cpu"),
 ]
